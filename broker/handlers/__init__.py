@@ -1,0 +1,29 @@
+"""The dispatch table: API key -> handler module. It is data, and it is also exactly what
+ApiVersions advertises, so nothing is offered that has no handler.
+
+Each module declares API_KEY, MIN_VERSION, MAX_VERSION and ``async handle(ctx, request,
+version)`` returning the response dict (or None when Kafka sends no response).
+"""
+from __future__ import annotations
+
+from types import ModuleType
+
+from . import (api_versions, create_partitions, create_topics, delete_records, delete_topics,
+               describe_cluster, describe_configs, fetch, find_coordinator, init_producer_id,
+               list_offsets, metadata, produce)
+
+_MODULES: list[ModuleType] = [
+    produce, fetch, list_offsets, metadata, find_coordinator, api_versions, create_topics,
+    delete_topics, delete_records, init_producer_id, describe_configs, create_partitions,
+    describe_cluster,
+]
+
+try:  # the group coordinator's APIs live beside it
+    from . import (describe_groups, heartbeat, join_group, leave_group, list_groups,
+                   offset_commit, offset_fetch, sync_group)
+    _MODULES += [offset_commit, offset_fetch, join_group, heartbeat, leave_group, sync_group,
+                 describe_groups, list_groups]
+except ImportError:  # pragma: no cover - during bring-up only
+    pass
+
+HANDLERS: dict[int, ModuleType] = {m.API_KEY: m for m in _MODULES}

@@ -1,0 +1,157 @@
+"""The broker's state: topics, the flush policy, producer ids, groups, background duties."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+import trio
+
+from .config import BrokerConfig
+from .topics import TopicRegistry
+
+log = logging.getLogger("canopy.broker")
+
+PRODUCER_ID_BLOCK = 1000
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class ProducerIdAllocator:
+    """Hands out producer ids that are never reused, even across restarts.
+
+    Ids are reserved in blocks recorded in a file before any id of the block is handed
+    out, so a crash can waste ids but never repeat one (a repeated id would make the new
+    producer's batches look like duplicates of the old one's)."""
+
+    def __init__(self, path: Path, floor: int = -1):
+        self.path = path
+        try:
+            reserved = json.loads(path.read_text())["next_block"]
+        except (OSError, ValueError, KeyError):
+            reserved = 0
+        self.next_id = max(reserved, floor + 1)
+        self.block_end = self.next_id
+
+    def allocate(self) -> int:
+        if self.next_id >= self.block_end:
+            self.block_end = self.next_id + PRODUCER_ID_BLOCK
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"next_block": self.block_end}))
+            os.replace(tmp, self.path)
+        pid = self.next_id
+        self.next_id += 1
+        return pid
+
+
+class Flusher:
+    """The flush policy.
+
+    * ``async``: never fsync on the produce path; the kernel writes dirty pages back.
+      A process crash loses nothing acknowledged (the page cache survives it).
+    * ``interval``: a background task fsyncs dirty logs every ``flush_interval_ms``.
+    * ``always``: group commit. A produce is acknowledged only after an fsync that began
+      after its append; every request waiting while one fsync runs is covered by the next
+      one, so N concurrent producers cost one fsync, not N (this disk does ~400 fsyncs/s).
+    """
+
+    def __init__(self, policy: str, interval_ms: int):
+        self.policy = policy
+        self.interval_ms = interval_ms
+        self._dirty: set = set()
+        self._waiters: list[trio.Event] = []
+        self._wakeup = trio.Event()
+
+    def mark_dirty(self, log_) -> None:
+        if self.policy != "async":
+            self._dirty.add(log_)
+
+    async def wait_durable(self) -> None:
+        """For `always`: return once everything appended so far is on disk."""
+        if self.policy != "always":
+            return
+        done = trio.Event()
+        self._waiters.append(done)
+        self._wakeup.set()
+        await done.wait()
+
+    async def run(self) -> None:
+        if self.policy == "async":
+            return
+        while True:
+            if self.policy == "interval":
+                await trio.sleep(self.interval_ms / 1000)
+            else:
+                await self._wakeup.wait()
+                self._wakeup = trio.Event()
+            dirty, self._dirty = self._dirty, set()
+            waiters, self._waiters = self._waiters, []
+            if dirty:
+                await trio.to_thread.run_sync(_flush_all, dirty)
+            for w in waiters:
+                w.set()
+
+
+def _flush_all(logs) -> None:
+    for lg in logs:
+        try:
+            lg.flush()
+        except (OSError, ValueError) as e:  # a log closed by DeleteTopics meanwhile
+            log.debug("flush skipped: %s", e)
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig):
+        from .groups import GroupCoordinator
+
+        self.config = config
+        self.node_id = config.node_id
+        self.started_ms = now_ms()
+        self.topics = TopicRegistry(config.data_dir, config)
+        self.topics.load()
+        floor = max((p.producers.highest_producer_id() for p in self.topics.all_partitions()), default=-1)
+        self.producer_ids = ProducerIdAllocator(Path(config.data_dir) / "producer_ids.json", floor)
+        self.flusher = Flusher(config.flush, config.flush_interval_ms)
+        self.groups = GroupCoordinator(self)
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        return self.config.advertised_addr
+
+    def brokers(self) -> list[dict]:
+        """Live brokers for Metadata/DescribeCluster/FindCoordinator. Single node for now."""
+        host, port = self.advertised
+        return [{"node_id": self.node_id, "host": host, "port": port, "rack": self.config.rack}]
+
+    @property
+    def controller_id(self) -> int:
+        return self.node_id
+
+    async def run_background(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.flusher.run)
+            nursery.start_soon(self._retention_loop)
+            await nursery.start(self.groups.run)
+            task_status.started()
+
+    async def _retention_loop(self) -> None:
+        while True:
+            await trio.sleep(self.config.retention_check_interval_ms / 1000)
+            ts = now_ms()
+            for p in list(self.topics.all_partitions()):
+                try:
+                    deleted = p.log.enforce_retention(ts)
+                except (OSError, ValueError) as e:
+                    log.warning("retention on %s-%d failed: %s", p.topic.name, p.index, e)
+                    continue
+                if deleted:
+                    log.info("retention deleted %d segment(s) of %s-%d; log start offset now %d",
+                             deleted, p.topic.name, p.index, p.log.log_start_offset)
+
+    def close(self) -> None:
+        self.groups.close()
+        self.topics.close()

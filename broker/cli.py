@@ -1,0 +1,63 @@
+"""`canopy serve ...` (also `python -m broker serve ...`).
+
+Errors a user can cause (bad option, busy port, a data directory another broker holds)
+print one line and exit 2 — never a traceback."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from .config import ConfigError, load_config
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not argparse's usage dump
+        print(f"canopy: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="canopy", description="A Kafka-compatible broker.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    s = sub.add_parser("serve", help="run a broker")
+    s.add_argument("--data-dir", dest="data_dir", help="data directory (default ./data)")
+    s.add_argument("--listen", help="HOST:PORT to listen on (default 127.0.0.1:9092)")
+    s.add_argument("--advertise", help="HOST:PORT clients are told to connect to")
+    s.add_argument("--node-id", dest="node_id", type=int, help="this broker's node id")
+    s.add_argument("--config", help="TOML config file")
+    s.add_argument("--flush", choices=["async", "interval", "always"], help="flush policy")
+    s.add_argument("--flush-interval-ms", dest="flush_interval_ms", type=int)
+    s.add_argument("--num-partitions", dest="num_partitions", type=int,
+                   help="partitions of auto-created topics")
+    s.add_argument("--auto-create-topics", dest="auto_create_topics", choices=["true", "false"])
+    s.add_argument("--max-request-bytes", dest="max_request_bytes", type=int)
+    s.add_argument("--rack")
+    s.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        cli = {k: v for k, v in vars(args).items() if k != "command" and v is not None}
+        try:
+            config = load_config(cli)
+        except ConfigError as e:
+            print(f"canopy: {e}", file=sys.stderr)
+            return 2
+        logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        from .server import StartupError, serve
+        try:
+            serve(config)
+        except StartupError as e:
+            print(f"canopy: {e}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""Broker configuration: embedded defaults < TOML file < CANOPY_* environment < CLI flags.
+
+Every option has one name used in all three places: `listen` is `--listen`, `listen = ...`
+in the TOML file and `CANOPY_LISTEN` in the environment (compose sets them that way).
+"""
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+
+class ConfigError(Exception):
+    """A bad option; the CLI prints it as one line."""
+
+
+def parse_hostport(value: str, what: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host:
+        raise ConfigError(f"{what} must be HOST:PORT, got {value!r}")
+    try:
+        p = int(port)
+    except ValueError:
+        raise ConfigError(f"{what} must be HOST:PORT, got {value!r}") from None
+    if not 0 <= p <= 65535:
+        raise ConfigError(f"{what}: port {p} out of range")
+    return host.strip("[]"), p
+
+
+FLUSH_POLICIES = ("async", "interval", "always")
+
+
+@dataclass
+class BrokerConfig:
+    data_dir: Path = Path("./data")
+    listen: str = "127.0.0.1:9092"
+    advertise: str | None = None          # what Metadata tells clients; defaults to listen
+    node_id: int = 0
+    cluster_id: str = "canopy-cluster"
+    rack: str | None = None
+    auto_create_topics: bool = True        # Kafka's auto.create.topics.enable
+    num_partitions: int = 1                # Kafka's num.partitions for auto-created topics
+    flush: str = "async"                   # async | interval | always
+    flush_interval_ms: int = 1000
+    max_request_bytes: int = 100 * 1024 * 1024   # socket.request.max.bytes
+    retention_check_interval_ms: int = 60_000    # log.retention.check.interval.ms (Kafka: 5 min)
+    log_retention_ms: int = 7 * 24 * 3600 * 1000
+    log_retention_bytes: int = -1
+    log_segment_bytes: int = 1 << 30
+    log_segment_ms: int = 7 * 24 * 3600 * 1000
+    message_max_bytes: int = 1048588
+    group_initial_rebalance_delay_ms: int = 0
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    log_level: str = "info"
+
+    @property
+    def listen_addr(self) -> tuple[str, int]:
+        return parse_hostport(self.listen, "listen")
+
+    @property
+    def advertised_addr(self) -> tuple[str, int]:
+        host, port = parse_hostport(self.advertise or self.listen, "advertise")
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return host, port
+
+    def validate(self) -> "BrokerConfig":
+        self.listen_addr
+        self.advertised_addr
+        if self.flush not in FLUSH_POLICIES:
+            raise ConfigError(f"flush must be one of {', '.join(FLUSH_POLICIES)}, got {self.flush!r}")
+        if self.node_id < 0:
+            raise ConfigError(f"node-id must be >= 0, got {self.node_id}")
+        if self.num_partitions < 1:
+            raise ConfigError("num-partitions must be >= 1")
+        for name in ("flush_interval_ms", "max_request_bytes", "message_max_bytes", "log_segment_bytes"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name.replace('_', '-')} must be > 0")
+        return self
+
+
+def _coerce(name: str, typ, value):
+    if isinstance(value, str):
+        if typ in (bool, "bool"):
+            low = value.strip().lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ConfigError(f"{name}: expected true/false, got {value!r}")
+        if typ in (int, "int"):
+            try:
+                return int(value)
+            except ValueError:
+                raise ConfigError(f"{name}: expected an integer, got {value!r}") from None
+        if typ in (Path, "Path"):
+            return Path(value)
+        return value
+    if typ in (Path, "Path") and value is not None:
+        return Path(value)
+    if typ in (int, "int") and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ConfigError(f"{name}: expected an integer, got {value!r}")
+    if typ in (bool, "bool") and not isinstance(value, bool):
+        raise ConfigError(f"{name}: expected true/false, got {value!r}")
+    return value
+
+
+def _field_types() -> dict[str, object]:
+    out = {}
+    for f in fields(BrokerConfig):
+        t = f.type if not isinstance(f.type, str) else f.type.split("|")[0].strip()
+        out[f.name] = {"Path": Path, "int": int, "bool": bool, "str": str}.get(t, t)
+    return out
+
+
+def load_config(cli: dict, environ: dict | None = None) -> BrokerConfig:
+    """Merge the layers. ``cli`` holds only options given on the command line."""
+    environ = os.environ if environ is None else environ
+    types = _field_types()
+    values: dict = {}
+    config_file = cli.get("config") or environ.get("CANOPY_CONFIG")
+    if config_file:
+        try:
+            with open(config_file, "rb") as fh:
+                doc = tomllib.load(fh)
+        except FileNotFoundError:
+            raise ConfigError(f"config file {config_file} not found") from None
+        except (tomllib.TOMLDecodeError, OSError) as e:
+            raise ConfigError(f"config file {config_file}: {e}") from None
+        for key, value in doc.items():
+            name = key.replace("-", "_")
+            if name not in types:
+                raise ConfigError(f"config file {config_file}: unknown option {key!r}")
+            values[name] = _coerce(key, types[name], value)
+    for name, typ in types.items():
+        env = "CANOPY_" + name.upper()
+        if env in environ:
+            values[name] = _coerce(env, typ, environ[env])
+    for name, value in cli.items():
+        if name != "config" and value is not None:
+            values[name] = _coerce("--" + name.replace("_", "-"), types[name], value)
+    return BrokerConfig(**values).validate()

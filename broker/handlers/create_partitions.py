@@ -1,0 +1,30 @@
+"""CreatePartitions (key 37), versions 0-3.
+
+v1 is the same as v0; v2 flexible; v3 the same as v2. The count can only grow
+(INVALID_PARTITIONS otherwise); explicit assignments may only name live brokers.
+"""
+from protocol.errors import ErrorCode
+from protocol.messages import ApiKey
+
+from ..topics import TopicError
+
+API_KEY = ApiKey.CREATE_PARTITIONS
+MIN_VERSION, MAX_VERSION = 0, 3
+
+
+async def handle(ctx, request: dict, version: int) -> dict:
+    broker = ctx.broker
+    nodes = {b["node_id"] for b in broker.brokers()}
+    results = []
+    for t in request["topics"]:
+        out = {"name": t["name"], "error_code": 0, "error_message": None}
+        assignments = t.get("assignments")
+        if assignments and any(n not in nodes for a in assignments for n in a["broker_ids"]):
+            out.update(error_code=ErrorCode.INVALID_REPLICA_ASSIGNMENT, error_message="unknown broker in assignment")
+        else:
+            try:
+                broker.topics.add_partitions(t["name"], t["count"], validate_only=request.get("validate_only", False))
+            except TopicError as e:
+                out.update(error_code=e.code, error_message=str(e))
+        results.append(out)
+    return {"throttle_time_ms": 0, "results": results}

@@ -1,0 +1,72 @@
+"""CreateTopics (key 19), versions 2-7.
+
+v1+ validate_only and error_message; v5 flexible and the response echoes partitions,
+replication factor and configs; v7 topic_id. num_partitions / replication_factor of -1
+mean the broker default. A replication factor above the number of brokers is
+INVALID_REPLICATION_FACTOR, as in Kafka. Kafka sends this to the controller; on a single
+node that is this broker.
+"""
+from protocol.errors import ErrorCode
+from protocol.messages import ApiKey
+from protocol.schema import ZERO_UUID
+
+from ..topics import TopicError
+
+API_KEY = ApiKey.CREATE_TOPICS
+MIN_VERSION, MAX_VERSION = 2, 7
+
+CONFIG_SOURCE_TOPIC, CONFIG_SOURCE_DEFAULT = 1, 5
+
+
+def _create_one(broker, t: dict, validate_only: bool) -> dict:
+    name = t["name"]
+    out = {"name": name, "topic_id": ZERO_UUID, "error_code": 0, "error_message": None,
+           "num_partitions": -1, "replication_factor": -1, "configs": None}
+    num = t["num_partitions"]
+    rf = t["replication_factor"]
+    assignments = t.get("assignments") or []
+    if assignments:
+        if num != -1 or rf != -1:
+            return {**out, "error_code": ErrorCode.INVALID_REQUEST,
+                    "error_message": "give either assignments or num_partitions/replication_factor"}
+        nodes = {b["node_id"] for b in broker.brokers()}
+        for a in assignments:
+            if any(n not in nodes for n in a["broker_ids"]) or len(set(a["broker_ids"])) != len(a["broker_ids"]):
+                return {**out, "error_code": ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                        "error_message": f"assignment {a['broker_ids']} names unknown brokers"}
+        num = len(assignments)
+        rf = len(assignments[0]["broker_ids"])
+    if num == -1:
+        num = broker.config.num_partitions
+    if rf == -1:
+        rf = 1
+    if rf < 1 or rf > len(broker.brokers()):
+        return {**out, "error_code": ErrorCode.INVALID_REPLICATION_FACTOR,
+                "error_message": f"replication factor {rf} with {len(broker.brokers())} broker(s)"}
+    configs = {c["name"]: c["value"] for c in t.get("configs") or []}
+    try:
+        topic = broker.topics.create(name, num, configs, validate_only=validate_only)
+    except TopicError as e:
+        return {**out, "error_code": e.code, "error_message": str(e)}
+    out.update(num_partitions=num, replication_factor=rf)
+    if topic is not None:
+        out["topic_id"] = topic.topic_id
+        out["configs"] = [{"name": k, "value": v, "read_only": False,
+                           "config_source": CONFIG_SOURCE_DEFAULT if default else CONFIG_SOURCE_TOPIC,
+                           "is_sensitive": False}
+                          for k, (v, default) in sorted(broker.topics.effective_configs(topic).items())]
+    return out
+
+
+async def handle(ctx, request: dict, version: int) -> dict:
+    validate_only = request.get("validate_only", False)
+    seen = set()
+    results = []
+    for t in request["topics"]:
+        if t["name"] in seen:
+            results.append({"name": t["name"], "error_code": ErrorCode.INVALID_REQUEST,
+                            "error_message": "topic named twice in one request"})
+            continue
+        seen.add(t["name"])
+        results.append(_create_one(ctx.broker, t, validate_only))
+    return {"throttle_time_ms": 0, "topics": results}

@@ -1,0 +1,39 @@
+"""DeleteTopics (key 20), versions 1-6.
+
+v4 flexible; v5 error_message; v6 names topics by name or id (`topics`) instead of
+`topic_names`. Deleting removes the partition directories; long-polling fetches on the
+topic are woken and answer UNKNOWN_TOPIC_OR_PARTITION from then on.
+"""
+from protocol.errors import ErrorCode
+from protocol.messages import ApiKey
+from protocol.schema import ZERO_UUID
+
+from ..topics import INTERNAL_TOPICS, TopicError
+
+API_KEY = ApiKey.DELETE_TOPICS
+MIN_VERSION, MAX_VERSION = 1, 6
+
+
+async def handle(ctx, request: dict, version: int) -> dict:
+    registry = ctx.broker.topics
+    if version >= 6:
+        wanted = [(t.get("name"), t.get("topic_id")) for t in request["topics"]]
+    else:
+        wanted = [(n, None) for n in request["topic_names"]]
+    responses = []
+    for name, topic_id in wanted:
+        topic = registry.get(name) if name is not None else registry.by_id.get(topic_id)
+        out = {"name": name, "topic_id": topic_id or ZERO_UUID, "error_code": 0, "error_message": None}
+        if topic is None:
+            out["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None else ErrorCode.UNKNOWN_TOPIC_ID
+        elif topic.name in INTERNAL_TOPICS:
+            out["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            out["error_message"] = "internal topics cannot be deleted"
+        else:
+            out["name"], out["topic_id"] = topic.name, topic.topic_id
+            try:
+                registry.delete(topic.name)
+            except TopicError as e:
+                out["error_code"], out["error_message"] = e.code, str(e)
+        responses.append(out)
+    return {"throttle_time_ms": 0, "responses": responses}

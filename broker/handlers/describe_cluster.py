@@ -1,0 +1,20 @@
+"""DescribeCluster (key 60), versions 0-1 (always flexible).
+
+v1 adds endpoint_type (1 = brokers; 2 = controllers, which canopy does not expose
+separately, so it is answered with the brokers too)."""
+from protocol.messages import ApiKey
+
+API_KEY = ApiKey.DESCRIBE_CLUSTER
+MIN_VERSION, MAX_VERSION = 0, 1
+
+
+async def handle(ctx, request: dict, version: int) -> dict:
+    broker = ctx.broker
+    return {
+        "throttle_time_ms": 0, "error_code": 0, "error_message": None,
+        "endpoint_type": request.get("endpoint_type", 1),
+        "cluster_id": broker.config.cluster_id,
+        "controller_id": broker.controller_id,
+        "brokers": [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
+                    for b in broker.brokers()],
+    }

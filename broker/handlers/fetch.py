@@ -1,0 +1,145 @@
+"""Fetch (key 1), versions 4-12.
+
+v4 isolation_level and last_stable_offset (canopy has no transactions: LSO = high
+watermark); v5 log_start_offset; v7 fetch sessions (KIP-227); v9 current_leader_epoch
+(KIP-320); v10 zstd; v11 rack_id and preferred_read_replica (KIP-392); v12 flexible with
+last_fetched_epoch. v13+ name topics by id only, so they are not offered: the Java client
+then keeps using names.
+
+Rules clients depend on:
+* Whole batches, starting with the one that contains fetch_offset; the first batch is
+  returned whole even when it is larger than the limits (else a consumer could never
+  make progress past it); after that, per-partition and per-response limits hold.
+* Exactly the requested partitions are listed (the Java client drops a response that
+  lists others or omits one).
+* Sessions: canopy answers session_id 0 ("no session"), which every client accepts and
+  answers with full fetches again.
+* Long polling: wait up to max_wait_ms for min_bytes, woken the moment data is appended.
+* Record bytes go from the segment file to the socket with sendfile (ExternalBytes).
+"""
+from __future__ import annotations
+
+import trio
+
+from protocol.errors import ErrorCode
+from protocol.messages import ApiKey
+from protocol.schema import ExternalBytes
+from storage import OffsetOutOfRange
+
+API_KEY = ApiKey.FETCH
+MIN_VERSION, MAX_VERSION = 4, 12
+
+
+def check_leader_epoch(partition, requested: int) -> ErrorCode:
+    """KIP-320: a client that knows a newer epoch than ours talks to a stale leader; one
+    that knows an older epoch must refresh its metadata."""
+    if requested is None or requested < 0 or requested == partition.leader_epoch:
+        return ErrorCode.NONE
+    return ErrorCode.FENCED_LEADER_EPOCH if requested < partition.leader_epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
+class _PartitionRead:
+    __slots__ = ("topic_name", "request", "partition", "error", "result")
+
+    def __init__(self, topic_name, request, partition):
+        self.topic_name = topic_name
+        self.request = request
+        self.partition = partition
+        self.error = ErrorCode.NONE
+        self.result = None
+
+
+def _read_all(broker, reads: list[_PartitionRead], max_bytes: int) -> int:
+    """(Re)read every partition; returns the total bytes gathered."""
+    budget = max_bytes
+    total = 0
+    for r in reads:
+        if r.result is not None:
+            r.result.release()
+            r.result = None
+        p = r.partition
+        if p is None:
+            r.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            continue
+        r.error = check_leader_epoch(p, r.request.get("current_leader_epoch", -1))
+        if r.error:
+            continue
+        fetch_offset = r.request["fetch_offset"]
+        hw = p.high_watermark
+        if fetch_offset > hw or fetch_offset < p.log_start_offset:
+            r.error = ErrorCode.OFFSET_OUT_OF_RANGE
+            continue
+        if fetch_offset == hw:
+            continue
+        # After the first non-empty partition, the response budget applies; the first
+        # batch overall is always whole (storage returns it even when over the limit).
+        limit = min(r.request["partition_max_bytes"], budget) if total else r.request["partition_max_bytes"]
+        if total and limit <= 0:
+            continue
+        try:
+            r.result = p.log.read(fetch_offset, max(limit, 1), upper_offset=hw)
+        except OffsetOutOfRange:
+            r.error = ErrorCode.OFFSET_OUT_OF_RANGE
+            continue
+        total += r.result.size
+        budget = max_bytes - total
+    return total
+
+
+async def handle(ctx, request: dict, version: int) -> dict:
+    broker = ctx.broker
+    registry = broker.topics
+    reads: list[_PartitionRead] = []
+    for t in request["topics"]:
+        topic = registry.get(t["topic"])
+        for pr in t["partitions"]:
+            idx = pr["partition"]
+            p = topic.partitions[idx] if topic is not None and 0 <= idx < len(topic.partitions) else None
+            reads.append(_PartitionRead(t["topic"], pr, p))
+
+    max_bytes = request.get("max_bytes", 0x7FFFFFFF)
+    min_bytes = request["min_bytes"]
+    deadline = trio.current_time() + max(request["max_wait_ms"], 0) / 1000
+    total = _read_all(broker, reads, max_bytes)
+    while total < min_bytes and not any(r.error for r in reads):
+        remaining = deadline - trio.current_time()
+        if remaining <= 0:
+            break
+        wake = trio.Event()
+        watched = [r.partition for r in reads if r.partition is not None]
+        for p in watched:
+            p.waiters.add(wake)
+        with trio.move_on_after(remaining):
+            await wake.wait()
+        for p in watched:
+            p.waiters.discard(wake)
+        if not wake.is_set():
+            break
+        total = _read_all(broker, reads, max_bytes)
+
+    responses: dict[str, list] = {}
+    order: list[str] = []
+    for r in reads:
+        if r.topic_name not in responses:
+            responses[r.topic_name] = []
+            order.append(r.topic_name)
+        p = r.partition
+        hw = p.high_watermark if p is not None else -1
+        if r.result is not None and r.result.size:
+            records = ExternalBytes(r.result.size, r.result)
+        else:
+            records = b""
+            if r.result is not None:
+                r.result.release()
+        responses[r.topic_name].append({
+            "partition_index": r.request["partition"],
+            "error_code": r.error,
+            "high_watermark": hw,
+            "last_stable_offset": hw,
+            "log_start_offset": p.log_start_offset if p is not None else -1,
+            "aborted_transactions": [],
+            "preferred_read_replica": -1,
+            "records": records,
+        })
+    return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0,
+            "responses": [{"topic": name, "partitions": responses[name]} for name in order]}

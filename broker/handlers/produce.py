@@ -1,0 +1,107 @@
+"""Produce (key 0), advertised 0-11, record batches v2 (magic 2) only.
+
+The range starts at 0 because librdkafka <= 2.3 (Debian's kcat) only compresses when
+the broker's Produce range contains 0; such clients still send v3+ with v2 batches. A
+v0-2 request carries magic 0/1 message sets, which are refused per partition with
+UNSUPPORTED_FOR_MESSAGE_FORMAT. v3 adds transactional_id; v5 log_start_offset in the
+response; v7 allows zstd; v8 record_errors and error_message; v9 flexible; v10/11 are
+the same as v9 (KIP-951 adds only tagged fields).
+
+The hot path treats batches as opaque: check the 61-byte header and CRC32C, then storage
+copies the bytes into the segment and patches baseOffset and partitionLeaderEpoch in
+place (both lie outside the CRC). No per-record Python work. acks=0 gets no response.
+"""
+from __future__ import annotations
+
+import logging
+
+from protocol.errors import ErrorCode
+from protocol.messages import ApiKey
+from protocol.records import InvalidRecordBatch, set_log_append_time, validate_produce_records
+
+from ..broker import now_ms
+
+API_KEY = ApiKey.PRODUCE
+MIN_VERSION, MAX_VERSION = 0, 11
+
+log = logging.getLogger("canopy.produce")
+
+
+def _partition_response(index: int, error: int, base_offset: int = -1, log_append_time: int = -1,
+                        log_start_offset: int = -1, message: str | None = None) -> dict:
+    return {"index": index, "error_code": error, "base_offset": base_offset,
+            "log_append_time_ms": log_append_time, "log_start_offset": log_start_offset,
+            "record_errors": [], "error_message": message}
+
+
+def produce_to_partition(broker, partition, records, version: int) -> dict:
+    """Validate one partition's batch and append it. Returns the partition response."""
+    index = partition.index
+    if records is None or len(records) == 0:
+        return _partition_response(index, ErrorCode.INVALID_RECORD, message="no record batch")
+    try:
+        header = validate_produce_records(records)
+    except InvalidRecordBatch as e:
+        log.info("rejected batch for %s-%d: %s", partition.topic.name, index, e)
+        return _partition_response(index, e.error_code, message=str(e))
+    if header.compression == 4 and version < 7:
+        # zstd needs Produce v7+ (KIP-110): older clients cannot read it back.
+        return _partition_response(index, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE)
+    if header.is_control:
+        return _partition_response(index, ErrorCode.INVALID_RECORD, message="clients may not write control batches")
+    if header.is_transactional:
+        return _partition_response(index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                   message="canopy does not support transactions")
+    lg = partition.log
+    if len(records) > lg.config.max_message_bytes:
+        return _partition_response(index, ErrorCode.MESSAGE_TOO_LARGE,
+                                   message=f"batch of {len(records)} bytes exceeds max.message.bytes "
+                                           f"{lg.config.max_message_bytes}")
+    check = partition.producers.check(header.producer_id, header.producer_epoch,
+                                      header.base_sequence, header.last_offset_delta)
+    if check.duplicate is not None:
+        # A retry of a batch already in the log: its original offsets, nothing appended.
+        d = check.duplicate
+        return _partition_response(index, 0, d.base_offset, -1, lg.log_start_offset)
+    if check.error:
+        return _partition_response(index, check.error, log_start_offset=lg.log_start_offset)
+    append_time = -1
+    if partition.topic.timestamp_type == "LogAppendTime":
+        append_time = now_ms()
+        records = bytearray(records)
+        set_log_append_time(records, 0, append_time)
+    result = lg.append(records, leader_epoch=partition.leader_epoch)
+    partition.producers.record(header.producer_id, header.producer_epoch, header.base_sequence,
+                               header.last_offset_delta, result.base_offset, header.max_timestamp)
+    partition.notify_append()
+    broker.flusher.mark_dirty(lg)
+    return _partition_response(index, 0, result.base_offset, append_time, lg.log_start_offset)
+
+
+async def handle(ctx, request: dict, version: int) -> dict | None:
+    broker = ctx.broker
+    acks = request["acks"]
+    responses = []
+    appended = False
+    for topic_data in request["topic_data"]:
+        name = topic_data["name"]
+        topic = broker.topics.get(name)
+        parts = []
+        for pd in topic_data["partition_data"]:
+            index = pd["index"]
+            if acks not in (-1, 0, 1):
+                parts.append(_partition_response(index, ErrorCode.INVALID_REQUIRED_ACKS))
+            elif version < 3:
+                parts.append(_partition_response(index, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT))
+            elif topic is None or not 0 <= index < len(topic.partitions):
+                parts.append(_partition_response(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            else:
+                r = produce_to_partition(broker, topic.partitions[index], pd["records"], version)
+                appended |= r["error_code"] == 0
+                parts.append(r)
+        responses.append({"name": name, "partition_responses": parts})
+    if acks == 0:
+        return None
+    if appended:
+        await broker.flusher.wait_durable()
+    return {"responses": responses, "throttle_time_ms": 0}

@@ -1,0 +1,233 @@
+"""The Trio server: one listener, one task per connection, requests answered in order.
+
+Kafka processes one request per connection at a time (the socket server mutes a channel
+until its response is sent), and clients rely on responses arriving in request order;
+so a connection task reads a frame, runs its handler, writes the response, and only then
+looks at the next frame. Pipelined requests wait in the FrameReader's buffer.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import signal
+import socket
+from itertools import count
+
+import trio
+
+from protocol.errors import ErrorCode
+from protocol.framing import FrameReader, FrameTooLarge, frame, parse_request_header, response_header
+from protocol.messages import ApiKey, api
+from protocol.schema import ExternalBytes, SchemaError
+
+from .broker import Broker
+from .config import BrokerConfig
+from .handlers import HANDLERS
+from .handlers.api_versions import unsupported_version_response
+
+log = logging.getLogger("canopy.server")
+
+RECEIVE_SIZE = 256 * 1024
+_conn_ids = count(1)
+
+
+class StartupError(Exception):
+    """Printed by the CLI as one line (busy port, locked data directory, ...)."""
+
+
+class RequestContext:
+    __slots__ = ("broker", "header", "connection")
+
+    def __init__(self, broker: Broker, header, connection: "Connection"):
+        self.broker = broker
+        self.header = header
+        self.connection = connection
+
+
+class Connection:
+    def __init__(self, broker: Broker, stream: trio.SocketStream):
+        self.broker = broker
+        self.stream = stream
+        self.id = next(_conn_ids)
+        try:
+            self.peer = "%s:%s" % stream.socket.getpeername()[:2]
+        except OSError:
+            self.peer = "?"
+        self.reader = FrameReader(broker.config.max_request_bytes)
+
+    async def run(self) -> None:
+        try:
+            while True:
+                request = self.reader.next_frame()
+                if request is None:
+                    data = await self.stream.receive_some(RECEIVE_SIZE)
+                    if not data:
+                        return
+                    self.reader.feed(data)
+                    continue
+                if not await self.process(request):
+                    return
+        except FrameTooLarge as e:
+            log.warning("closing connection %s from %s: %s", self.id, self.peer, e)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
+            pass
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.stream.aclose()
+
+    async def process(self, request: bytes) -> bool:
+        """Handle one request frame. Returns False when the connection must close."""
+        try:
+            header, body_at = parse_request_header(request)
+        except SchemaError as e:
+            log.warning("closing connection %s from %s: malformed request header (%s)", self.id, self.peer, e)
+            return False
+        key, version = header.api_key, header.api_version
+        handler = HANDLERS.get(key)
+        if handler is None or not handler.MIN_VERSION <= version <= handler.MAX_VERSION:
+            if key == ApiKey.API_VERSIONS:
+                # KIP-511: answer an unknown ApiVersions version with error 35 in a v0 body
+                # so the client can retry with a version from the list.
+                await self.send_bytes(unsupported_version_response(header.correlation_id))
+                return True
+            what = "unknown API key" if handler is None else "unsupported version"
+            log.warning("closing connection %s from %s (client %r): %s %d v%d",
+                        self.id, self.peer, header.client_id, what, key, version)
+            return False
+        try:
+            body = api(key).request.decode(memoryview(request)[body_at:], version)
+        except SchemaError as e:
+            log.warning("closing connection %s from %s (client %r): malformed %s v%d request: %s",
+                        self.id, self.peer, header.client_id, api(key).name, version, e)
+            return False
+        ctx = RequestContext(self.broker, header, self)
+        try:
+            response = await handler.handle(ctx, body, version)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise
+        except Exception:
+            log.exception("handler for %s v%d failed; closing connection %s",
+                          api(key).name, version, self.id)
+            return False
+        if response is None:  # acks=0 produce: Kafka sends nothing back
+            return True
+        await self.send_response(header, key, version, response)
+        return True
+
+    async def send_response(self, header, key: int, version: int, body: dict) -> None:
+        a = api(key)
+        payload, external = a.response.encode_external(body, version)
+        head = response_header(header.correlation_id, a.response_header_version(version))
+        if not external:
+            await self.send_bytes(frame(head, payload))
+            return
+        total = len(head) + len(payload) + sum(ext.size for _, ext in external)
+        prefix = total.to_bytes(4, "big") + head
+        at = 0
+        pending = prefix
+        for pos, ext in external:
+            await self.send_bytes(pending + payload[at:pos])
+            pending = b""
+            await self.send_external(ext)
+            at = pos
+        await self.send_bytes(payload[at:])
+
+    async def send_bytes(self, data: bytes) -> None:
+        if data:
+            await self.stream.send_all(data)
+
+    async def send_external(self, ext: ExternalBytes) -> None:
+        """Record batches straight from segment files to the socket (zero-copy)."""
+        sock = self.stream.socket
+        for fd, position, size in ext.source.regions:
+            while size > 0:
+                try:
+                    sent = os.sendfile(sock.fileno(), fd, position, size)
+                except BlockingIOError:
+                    await sock.wait_writable()
+                    continue
+                except OSError as e:
+                    if e.errno in (errno.EPIPE, errno.ECONNRESET):
+                        raise trio.BrokenResourceError from e
+                    raise
+                if sent == 0:
+                    # The file is shorter than the index promised (segment deleted under
+                    # us): the frame can no longer be completed, so drop the connection.
+                    raise trio.BrokenResourceError("segment shrank during sendfile")
+                position += sent
+                size -= sent
+        ext.source.release()
+
+
+async def _serve_async(config: BrokerConfig, listener_sock: trio.socket.SocketType, broker: Broker,
+                       task_status=trio.TASK_STATUS_IGNORED) -> None:
+    listener = trio.SocketListener(listener_sock)
+
+    async def handle(stream: trio.SocketStream) -> None:
+        await Connection(broker, stream).run()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run_background)
+        nursery.start_soon(_watch_signals, nursery.cancel_scope)
+        host, port = config.listen_addr
+        log.info("canopy node %d serving on %s:%d (advertised %s:%d), data in %s, flush=%s",
+                 config.node_id, host, port, *config.advertised_addr, config.data_dir, config.flush)
+        task_status.started()
+        await trio.serve_listeners(handle, [listener], handler_nursery=nursery)
+
+
+async def _watch_signals(cancel_scope: trio.CancelScope) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            log.info("received %s, shutting down", signal.Signals(signum).name)
+            cancel_scope.cancel()
+            return
+
+
+def bind_listener(config: BrokerConfig) -> socket.socket:
+    host, port = config.listen_addr
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise StartupError(f"cannot resolve listen address {host!r}: {e.strerror}") from None
+    family, _, _, _, addr = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(addr)
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise StartupError(f"cannot listen on {host}:{port}: address already in use") from None
+        raise StartupError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    sock.listen(1024)
+    return sock
+
+
+def serve(config: BrokerConfig) -> None:
+    """Run a broker until SIGTERM/SIGINT. Raises StartupError for user-facing problems."""
+    from storage import DataDirLock, DataDirLocked
+
+    data_dir = config.data_dir
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StartupError(f"cannot create data directory {data_dir}: {e.strerror}") from None
+    try:
+        lock = DataDirLock(data_dir)
+    except DataDirLocked as e:
+        raise StartupError(str(e)) from None
+    try:
+        raw = bind_listener(config)
+        broker = Broker(config)
+        try:
+            trio.run(_run, config, raw, broker)
+        finally:
+            broker.close()
+    finally:
+        lock.release()
+
+
+async def _run(config: BrokerConfig, raw: socket.socket, broker: Broker) -> None:
+    await _serve_async(config, trio.socket.from_stdlib_socket(raw), broker)

@@ -1,0 +1,530 @@
+"""Kafka message codecs built at import time from Kafka's own JSON message schemas.
+
+Kafka defines every request and response in JSON (``clients/src/main/resources/common/
+message``); kafka-python 3.0.12 ships the same files, and that exact version is pinned so
+the field layouts cannot shift under us. Building the codecs from them, rather than
+hand-writing ~40 message layouts, means a field can only be wrong if Kafka's own schema is.
+
+The schema rules implemented here (Kafka's ``MessageGenerator`` semantics):
+
+* a field exists in a version when that version is inside its ``versions`` range;
+* ``flexibleVersions`` switch strings, bytes and arrays to the compact (unsigned varint
+  length + 1) encodings and add a tagged-field section to every struct;
+* ``nullableVersions`` allow null (length -1, or 0 in compact form);
+* ``taggedVersions``/``tag`` fields live in the tagged-field section and are written only
+  when they differ from their default;
+* a field may opt out of flexible encoding (``flexibleVersions: "none"``): the request
+  header's ClientId stays an int16 string so old brokers can read any ApiVersions request.
+
+Decoded messages are plain dicts keyed by snake_case field names; encoding accepts dicts
+with any subset of fields and fills the rest with schema defaults. Pure: no I/O.
+"""
+from __future__ import annotations
+
+import importlib.resources
+import json
+import re
+import struct
+import uuid
+from functools import lru_cache
+from io import BytesIO
+from typing import Any
+
+from construct import Construct, ConstructError, StreamError, stream_read, stream_write
+
+SCHEMA_PACKAGE = "kafka.protocol.schemas.resources"
+
+_COMMENTS = re.compile(r"(?m)^\s*//.*$")
+_CAMEL_1 = re.compile(r"(.)([A-Z][a-z]+)")
+_CAMEL_2 = re.compile(r"([a-z0-9])([A-Z])")
+
+
+class SchemaError(ValueError):
+    """A message could not be decoded or encoded against its schema."""
+
+
+def snake_case(name: str) -> str:
+    return _CAMEL_2.sub(r"\1_\2", _CAMEL_1.sub(r"\1_\2", name)).lower()
+
+
+def parse_versions(spec: str | None) -> tuple[int, int] | None:
+    """'0+' -> (0, 32767); '3-5' -> (3, 5); 'none' / None -> None."""
+    if spec is None or spec == "none":
+        return None
+    if spec.endswith("+"):
+        return int(spec[:-1]), 0x7FFF
+    if "-" in spec:
+        lo, hi = spec.split("-")
+        return int(lo), int(hi)
+    return int(spec), int(spec)
+
+
+def _in(version: int, rng: tuple[int, int] | None) -> bool:
+    return rng is not None and rng[0] <= version <= rng[1]
+
+
+@lru_cache(maxsize=None)
+def load_schema_json(name: str) -> dict:
+    text = importlib.resources.files(SCHEMA_PACKAGE).joinpath(name + ".json").read_text()
+    data = json.loads(_COMMENTS.sub("", text))
+    common = {s["name"]: s["fields"] for s in data.get("commonStructs", [])}
+    _resolve_common(data.get("fields", []), common)
+    return data
+
+
+def _resolve_common(fields: list, common: dict) -> None:
+    for f in fields:
+        t = f["type"][2:] if f["type"].startswith("[]") else f["type"]
+        if t in common and "fields" not in f:
+            f["fields"] = common[t]
+        if "fields" in f:
+            _resolve_common(f["fields"], common)
+
+
+# --------------------------------------------------------------------------- primitives
+# Each is a small construct.Construct so codecs compose the way the schemas nest.
+
+class _Fixed(Construct):
+    def __init__(self, fmt: str, default: Any = 0):
+        super().__init__()
+        self._s = struct.Struct(fmt)
+        self.default = default
+
+    def _parse(self, stream, context, path):
+        try:
+            return self._s.unpack(stream_read(stream, self._s.size, path))[0]
+        except StreamError as e:
+            raise SchemaError(f"truncated at {path}") from e
+
+    def _build(self, obj, stream, context, path):
+        try:
+            stream_write(stream, self._s.pack(obj), self._s.size, path)
+        except struct.error as e:
+            raise SchemaError(f"{path}: {e}") from e
+        return obj
+
+    def _sizeof(self, context, path):
+        return self._s.size
+
+
+INT8 = _Fixed(">b")
+INT16 = _Fixed(">h")
+INT32 = _Fixed(">i")
+INT64 = _Fixed(">q")
+UINT16 = _Fixed(">H")
+UINT32 = _Fixed(">I")
+FLOAT64 = _Fixed(">d", 0.0)
+
+
+class _Bool(Construct):
+    def _parse(self, stream, context, path):
+        return stream_read(stream, 1, path) != b"\x00"
+
+    def _build(self, obj, stream, context, path):
+        stream_write(stream, b"\x01" if obj else b"\x00", 1, path)
+        return obj
+
+
+BOOL = _Bool()
+
+
+def read_uvarint(stream, path="uvarint") -> int:
+    result = shift = 0
+    while True:
+        b = stream_read(stream, 1, path)[0]
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result
+        shift += 7
+        if shift > 35:
+            raise SchemaError(f"{path}: varint too long")
+
+
+def uvarint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+class _UVarInt(Construct):
+    def _parse(self, stream, context, path):
+        return read_uvarint(stream, path)
+
+    def _build(self, obj, stream, context, path):
+        data = uvarint_bytes(obj)
+        stream_write(stream, data, len(data), path)
+        return obj
+
+
+UVARINT = _UVarInt()
+
+
+class _Uuid(Construct):
+    """UUIDs travel as 16 raw bytes; decoded to uuid.UUID (the zero UUID means 'none')."""
+
+    def _parse(self, stream, context, path):
+        return uuid.UUID(bytes=stream_read(stream, 16, path))
+
+    def _build(self, obj, stream, context, path):
+        raw = obj.bytes if isinstance(obj, uuid.UUID) else bytes(obj or b"\x00" * 16)
+        stream_write(stream, raw, 16, path)
+        return obj
+
+
+UUID = _Uuid()
+ZERO_UUID = uuid.UUID(int=0)
+
+
+class _Length(Construct):
+    """Length prefix: int16/int32 in classic versions, uvarint(n+1) when compact.
+
+    Returns -1 for null. Shared by strings, bytes and arrays."""
+
+    def __init__(self, classic: _Fixed, compact: bool):
+        super().__init__()
+        self.classic = classic
+        self.compact = compact
+
+    def _parse(self, stream, context, path):
+        if self.compact:
+            return read_uvarint(stream, path) - 1
+        return self.classic._parse(stream, context, path)
+
+    def _build(self, obj, stream, context, path):
+        if self.compact:
+            return UVARINT._build(obj + 1, stream, context, path)
+        return self.classic._build(obj, stream, context, path)
+
+
+class _String(Construct):
+    def __init__(self, compact: bool, nullable: bool):
+        super().__init__()
+        self.length = _Length(INT16, compact)
+        self.nullable = nullable
+
+    def _parse(self, stream, context, path):
+        n = self.length._parse(stream, context, path)
+        if n < 0:
+            if not self.nullable:
+                raise SchemaError(f"{path}: null for a non-nullable string")
+            return None
+        try:
+            return stream_read(stream, n, path).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise SchemaError(f"{path}: invalid UTF-8") from e
+
+    def _build(self, obj, stream, context, path):
+        if obj is None:
+            if not self.nullable:
+                raise SchemaError(f"{path}: null for a non-nullable string")
+            self.length._build(-1, stream, context, path)
+            return obj
+        data = obj.encode("utf-8")
+        self.length._build(len(data), stream, context, path)
+        stream_write(stream, data, len(data), path)
+        return obj
+
+
+class ExternalBytes:
+    """A bytes/records value whose content the encoder does not hold.
+
+    The encoder writes its length prefix and notes the position; the caller splices the
+    content in when sending. The broker uses it for Fetch so record batches travel from
+    the segment file to the socket with sendfile and never pass through Python."""
+
+    __slots__ = ("size", "source")
+
+    def __init__(self, size: int, source: Any):
+        self.size = size
+        self.source = source
+
+    def __len__(self) -> int:
+        return self.size
+
+
+class _Bytes(Construct):
+    """bytes and records fields. Records stay opaque bytes: batches are never re-parsed here."""
+
+    def __init__(self, compact: bool, nullable: bool):
+        super().__init__()
+        self.length = _Length(INT32, compact)
+        self.nullable = nullable
+
+    def _parse(self, stream, context, path):
+        n = self.length._parse(stream, context, path)
+        if n < 0:
+            if not self.nullable:
+                raise SchemaError(f"{path}: null for non-nullable bytes")
+            return None
+        return stream_read(stream, n, path)
+
+    def _build(self, obj, stream, context, path):
+        if obj is None:
+            if not self.nullable:
+                raise SchemaError(f"{path}: null for non-nullable bytes")
+            self.length._build(-1, stream, context, path)
+            return obj
+        self.length._build(len(obj), stream, context, path)
+        if isinstance(obj, ExternalBytes):
+            context.setdefault("external", []).append((stream.tell(), obj))
+            return obj
+        stream_write(stream, obj, len(obj), path)
+        return obj
+
+
+class _Array(Construct):
+    def __init__(self, element: Construct, compact: bool, nullable: bool):
+        super().__init__()
+        self.element = element
+        self.length = _Length(INT32, compact)
+        self.nullable = nullable
+
+    def _parse(self, stream, context, path):
+        n = self.length._parse(stream, context, path)
+        if n < 0:
+            if not self.nullable:
+                raise SchemaError(f"{path}: null for a non-nullable array")
+            return None
+        # A count can claim more elements than bytes remain (hostile input); every element
+        # is at least one byte, so refuse early instead of looping towards a huge number.
+        remaining = _remaining(stream)
+        if remaining is not None and n > remaining:
+            raise SchemaError(f"{path}: array length {n} exceeds the {remaining} bytes left")
+        el = self.element
+        return [el._parse(stream, context, path) for _ in range(n)]
+
+    def _build(self, obj, stream, context, path):
+        if obj is None:
+            if not self.nullable:
+                raise SchemaError(f"{path}: null for a non-nullable array")
+            self.length._build(-1, stream, context, path)
+            return obj
+        self.length._build(len(obj), stream, context, path)
+        el = self.element
+        for item in obj:
+            el._build(item, stream, context, path)
+        return obj
+
+
+def _remaining(stream) -> int | None:
+    try:
+        buf = stream.getbuffer()
+        return len(buf) - stream.tell()
+    except AttributeError:
+        return None
+
+
+class Field:
+    __slots__ = ("name", "codec", "default", "tag")
+
+    def __init__(self, name: str, codec: Construct, default: Any, tag: int | None = None):
+        self.name = name
+        self.codec = codec
+        self.default = default
+        self.tag = tag
+
+
+class _Struct(Construct):
+    """A versioned struct: regular fields in order, then (if flexible) the tagged fields."""
+
+    def __init__(self, fields: list[Field], tagged: list[Field], flexible: bool):
+        super().__init__()
+        self.fields = fields
+        self.tagged = {f.tag: f for f in tagged}
+        self.flexible = flexible
+
+    def _parse(self, stream, context, path):
+        obj = {f.name: f.codec._parse(stream, context, path) for f in self.fields}
+        if self.flexible:
+            for f in self.tagged.values():
+                obj[f.name] = _copy_default(f.default)
+            for _ in range(read_uvarint(stream, path)):
+                tag = read_uvarint(stream, path)
+                size = read_uvarint(stream, path)
+                raw = stream_read(stream, size, path)
+                f = self.tagged.get(tag)
+                if f is not None:  # unknown tags are skipped, as Kafka does
+                    obj[f.name] = f.codec._parse(BytesIO(raw), context, path)
+        return obj
+
+    def _build(self, obj, stream, context, path):
+        get = obj.get
+        for f in self.fields:
+            v = get(f.name, _MISSING)
+            f.codec._build(_copy_default(f.default) if v is _MISSING else v, stream, context, path)
+        if self.flexible:
+            present = []
+            for tag in sorted(self.tagged):
+                f = self.tagged[tag]
+                v = get(f.name, _MISSING)
+                if v is not _MISSING and v != f.default:
+                    present.append((tag, f, v))
+            UVARINT._build(len(present), stream, context, path)
+            for tag, f, v in present:
+                sub = BytesIO()
+                f.codec._build(v, sub, context, path)
+                raw = sub.getvalue()
+                UVARINT._build(tag, stream, context, path)
+                UVARINT._build(len(raw), stream, context, path)
+                stream_write(stream, raw, len(raw), path)
+        return obj
+
+
+_MISSING = object()
+
+
+def _copy_default(d):
+    if isinstance(d, dict):
+        return {k: _copy_default(v) for k, v in d.items()}
+    if isinstance(d, list):
+        return []
+    return d
+
+
+# --------------------------------------------------------------------------- builder
+
+_PRIMS = {"int8": INT8, "int16": INT16, "int32": INT32, "int64": INT64,
+          "uint16": UINT16, "uint32": UINT32, "float64": FLOAT64, "bool": BOOL, "uuid": UUID}
+
+
+def _default_value(field: dict, version: int):
+    t = field["type"]
+    raw = field.get("default")
+    nullable = _in(version, parse_versions(field.get("nullableVersions")))
+    if raw == "null" and nullable:
+        return None
+    if t.startswith("[]"):
+        return []
+    if t in ("int8", "int16", "int32", "int64", "uint16", "uint32"):
+        if raw in (None, ""):
+            return 0
+        return int(raw, 16) if str(raw).lower().startswith(("0x", "-0x")) else int(raw)
+    if t == "float64":
+        return float(raw) if raw not in (None, "") else 0.0
+    if t == "bool":
+        return str(raw).lower() == "true" if raw is not None else False
+    if t == "string":
+        return raw if raw not in (None, "null") else ""
+    if t in ("bytes", "records"):
+        return None if nullable else b""
+    if t == "uuid":
+        return ZERO_UUID
+    # a struct: its own defaults, filled at build time
+    return {}
+
+
+def build_struct(fields_json: list, version: int, flexible: bool) -> _Struct:
+    fields: list[Field] = []
+    tagged: list[Field] = []
+    for fj in fields_json:
+        if not _in(version, parse_versions(fj["versions"])):
+            continue
+        name = snake_case(fj["name"])
+        field_flexible = flexible and fj.get("flexibleVersions") != "none"
+        nullable = _in(version, parse_versions(fj.get("nullableVersions")))
+        codec = _codec_for(fj, version, field_flexible, nullable)
+        default = _default_value(fj, version)
+        if isinstance(default, dict):
+            default = _struct_defaults(codec)
+        is_tagged = flexible and _in(version, parse_versions(fj.get("taggedVersions")))
+        (tagged if is_tagged else fields).append(Field(name, codec, default, fj.get("tag") if is_tagged else None))
+    return _Struct(fields, tagged, flexible)
+
+
+def _struct_defaults(codec) -> dict:
+    return {f.name: _copy_default(f.default) for f in [*codec.fields, *codec.tagged.values()]}
+
+
+def _codec_for(fj: dict, version: int, flexible: bool, nullable: bool) -> Construct:
+    t = fj["type"]
+    if t.startswith("[]"):
+        inner = t[2:]
+        if inner in _PRIMS:
+            el = _PRIMS[inner]
+        elif inner == "string":
+            el = _String(flexible, False)
+        elif inner == "bytes":
+            el = _Bytes(flexible, False)
+        else:
+            el = build_struct(fj["fields"], version, flexible)
+        return _Array(el, flexible, nullable)
+    if t in _PRIMS:
+        return _PRIMS[t]
+    if t == "string":
+        return _String(flexible, nullable)
+    if t in ("bytes", "records"):
+        return _Bytes(flexible, nullable)
+    return build_struct(fj["fields"], version, flexible)
+
+
+class MessageSchema:
+    """One Kafka message type (e.g. ProduceRequest) across all its versions."""
+
+    def __init__(self, name: str, valid_versions: tuple[int, int] | None = None):
+        self.json = load_schema_json(name)
+        self.name = name
+        self.api_key: int | None = self.json.get("apiKey")
+        self.valid_versions = valid_versions or parse_versions(self.json["validVersions"])
+        self.flexible_versions = parse_versions(self.json.get("flexibleVersions"))
+        self._codecs: dict[int, _Struct] = {}
+
+    def is_flexible(self, version: int) -> bool:
+        return _in(version, self.flexible_versions)
+
+    def codec(self, version: int) -> _Struct:
+        c = self._codecs.get(version)
+        if c is None:
+            lo, hi = self.valid_versions
+            if not lo <= version <= hi:
+                raise SchemaError(f"{self.name} v{version} is outside {lo}-{hi}")
+            c = self._codecs[version] = build_struct(self.json["fields"], version, self.is_flexible(version))
+        return c
+
+    def defaults(self, version: int) -> dict:
+        return _struct_defaults(self.codec(version))
+
+    def decode(self, data: bytes | memoryview, version: int, *, exact: bool = True) -> dict:
+        stream = BytesIO(data)
+        try:
+            obj = self.codec(version)._parse(stream, {}, self.name)
+        except SchemaError:
+            raise
+        except (ConstructError, struct.error, ValueError, IndexError) as e:
+            raise SchemaError(f"{self.name} v{version}: {e}") from e
+        if exact and stream.tell() != len(data):
+            raise SchemaError(f"{self.name} v{version}: {len(data) - stream.tell()} trailing bytes")
+        return obj
+
+    def decode_from(self, stream: BytesIO, version: int) -> dict:
+        try:
+            return self.codec(version)._parse(stream, {}, self.name)
+        except SchemaError:
+            raise
+        except (ConstructError, struct.error, ValueError, IndexError) as e:
+            raise SchemaError(f"{self.name} v{version}: {e}") from e
+
+    def encode(self, obj: dict, version: int) -> bytes:
+        stream = BytesIO()
+        self.encode_into(obj, version, stream)
+        return stream.getvalue()
+
+    def encode_external(self, obj: dict, version: int) -> tuple[bytes, list]:
+        """Encode, leaving ExternalBytes values out: returns the bytes and a list of
+        (position, ExternalBytes) saying where each absent value belongs."""
+        stream, context = BytesIO(), {}
+        self.encode_into(obj, version, stream, context)
+        return stream.getvalue(), context.get("external", [])
+
+    def encode_into(self, obj: dict, version: int, stream: BytesIO, context: dict | None = None) -> None:
+        try:
+            self.codec(version)._build(obj, stream, {} if context is None else context, self.name)
+        except SchemaError:
+            raise
+        except (ConstructError, struct.error, TypeError, AttributeError, ValueError) as e:
+            raise SchemaError(f"{self.name} v{version}: {e}") from e
