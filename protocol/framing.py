@@ -9,6 +9,8 @@ import struct
 from dataclasses import dataclass
 from io import BytesIO
 
+from construct import StreamError
+
 from .messages import api
 from .schema import INT16, INT32, SchemaError, UVARINT, read_uvarint, uvarint_bytes
 
@@ -100,11 +102,14 @@ def parse_request_header(frame: bytes) -> tuple[RequestHeader, int]:
 
 
 def _skip_tagged_fields(stream: BytesIO) -> None:
-    for _ in range(read_uvarint(stream, "header tagged fields")):
-        read_uvarint(stream, "tag")
-        size = read_uvarint(stream, "tag size")
-        if len(stream.read(size)) != size:
-            raise SchemaError("tagged field truncated")
+    try:
+        for _ in range(read_uvarint(stream, "header tagged fields")):
+            read_uvarint(stream, "tag")
+            size = read_uvarint(stream, "tag size")
+            if len(stream.read(size)) != size:
+                raise SchemaError("tagged field truncated")
+    except StreamError as e:  # a varint cut short: hostile input is a SchemaError like any other
+        raise SchemaError(f"request header truncated: {e}") from e
 
 
 def encode_request_header(api_key: int, api_version: int, correlation_id: int,
