@@ -241,11 +241,11 @@ def phase_produce(broker: Broker, topic: str, n: int, size: int) -> dict:
     res = throughput("produce", n, size, t1 - t0, cpu1 - cpu0)
     res["high_watermark_delta"] = hw - hw0
     if hw - hw0 != n:
-        # Acknowledged but not in the log: fatal for canopy, reported for a peer (Tansu
-        # 0.6.0's memory engine loses a few hundred of 200 000 under pipelined produce).
-        res["acked_but_missing"] = n - (hw - hw0)
-        print(f"[{broker.name}] WARNING: high watermark moved {hw0} -> {hw}, "
-              f"{n} records acknowledged", file=sys.stderr, flush=True)
+        # Informational: the consume phase is what proves every record is there (Tansu
+        # 0.6.0 reports a high watermark a few hundred records short for a while, yet
+        # serves all of them).
+        print(f"[{broker.name}] note: high watermark moved {hw0} -> {hw} after {n} acked "
+              f"records", file=sys.stderr, flush=True)
     if errors:
         res["client_errors"] = [str(e) for e in errors[:5]]
     return res
@@ -277,11 +277,16 @@ def phase_consume(broker: Broker, topic: str, n: int, size: int) -> dict:
         cpu0, t0 = cpu_seconds(broker.pid), time.perf_counter()
         c.assign([TopicPartition(topic, 0, 0)])
         got = nbytes = 0
-        deadline = time.monotonic() + 300
+        # Every produced record must come back: no progress for 15 s means records the
+        # broker acknowledged are missing.
+        stalled_since = time.monotonic()
         while got < n:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"consume: only {got}/{n} records after 300 s")
-            for m in c.consume(num_messages=10000, timeout=1.0):
+            if time.monotonic() - stalled_since > 15:
+                raise RuntimeError(f"consume: only {got}/{n} acknowledged records readable")
+            batch = c.consume(num_messages=10000, timeout=1.0)
+            if batch:
+                stalled_since = time.monotonic()
+            for m in batch:
                 err = m.error()
                 if err is not None:
                     raise RuntimeError(f"consume: {err}")
@@ -352,8 +357,7 @@ def run_workload(broker: Broker, args) -> dict:
     print(f"[{broker.name}] produce {args.records} x {args.size} B ...", flush=True)
     out["produce"] = phase_produce(broker, topic, args.records, args.size)
     print(f"[{broker.name}] consume ...", flush=True)
-    out["consume"] = phase_consume(broker, topic, out["produce"]["high_watermark_delta"],
-                                   args.size)
+    out["consume"] = phase_consume(broker, topic, args.records, args.size)
     rt_topic = f"bench-rt-{uuid.uuid4().hex[:8]}"
     create_topic(broker.bootstrap, rt_topic)
     print(f"[{broker.name}] round trip x {args.round_trips} ...", flush=True)
@@ -540,11 +544,6 @@ def main(argv: list[str] | None = None) -> int:
                 broker = Broker("tansu", tansu_argv(tansu_binary()), log,
                                 note="Tansu 0.6.0, in-memory storage (memory://tansu/)")
             report["runs"][name] = run_workload(broker, args)
-            missing = report["runs"][name]["produce"].get("acked_but_missing")
-            if missing:
-                report["errors"][name] = f"{missing} acknowledged records not in the log"
-                if name == "canopy":
-                    status = 1
             if name == "canopy" and args.profile:
                 report["profile"] = profile_canopy(broker, args, stamp)
         except Exception as e:  # report and go on to the next broker
