@@ -49,7 +49,7 @@ __all__ = [
     "CORRUPT_MESSAGE", "MESSAGE_TOO_LARGE", "UNSUPPORTED_FOR_MESSAGE_FORMAT",
     "UNSUPPORTED_COMPRESSION_TYPE", "INVALID_RECORD",
     "BatchHeader", "InvalidRecordBatch", "Record",
-    "compute_crc", "split_batches", "validate_batches", "validate_produce_records",
+    "compute_crc", "check_batch", "split_batches", "validate_batches", "validate_produce_records",
     "patch_base_offset", "patch_leader_epoch", "set_log_append_time",
     "iter_records", "decompress", "compress", "build_batch",
 ]
@@ -269,6 +269,14 @@ def _check_one(buf, pos: int, end: int, strict: bool, check_crc: bool) -> BatchH
                 f"record batch CRC mismatch: stored {h.crc:#010x}, computed {crc:#010x}",
                 CORRUPT_MESSAGE)
     return h
+
+
+def check_batch(buf, pos: int = 0, end: int | None = None, *, strict: bool = True,
+                check_crc: bool = True) -> BatchHeader:
+    """Validate the one batch at ``pos`` (not extending past ``end``, default the
+    buffer's end) and return its header; raises InvalidRecordBatch.  Used by the
+    log's recovery to walk a segment tail."""
+    return _check_one(buf, pos, len(buf) if end is None else end, strict, check_crc)
 
 
 def validate_batches(buf, *, strict: bool = True, check_crc: bool = True) -> list[BatchHeader]:

@@ -1,0 +1,16 @@
+"""canopy storage: one partition's log (segments, index, recovery, retention).
+
+Imports only protocol.records; no network I/O, no Trio.  See log.py and
+segment.py for the on-disk format and its crash guarantees.
+"""
+
+from .lock import DataDirLock, DataDirLocked
+from .log import (
+    AppendResult, Log, LogConfig, OffsetOutOfRange, ReadResult, StorageError,
+)
+from .segment import Segment
+
+__all__ = [
+    "AppendResult", "DataDirLock", "DataDirLocked", "Log", "LogConfig",
+    "OffsetOutOfRange", "ReadResult", "Segment", "StorageError",
+]

@@ -1,0 +1,457 @@
+"""One log segment: ``<base>.log`` (record batches back to back) + ``<base>.index``.
+
+``<base>.log`` holds v2 record batches exactly as they go on the wire, so a
+Fetch is a sendfile of a byte range.  The active segment's file is extended
+sparsely to the segment size and mmap'd; batches are copied into the mapping
+and baseOffset/partitionLeaderEpoch are patched in the mapped bytes.  Pages
+ahead of the write position are pre-faulted with MADV_POPULATE_WRITE because a
+first-touch fault per 4 KiB page makes small appends ~5x slower.  Once rolled,
+a segment is trimmed to its data length and unmapped; reads go through its fd.
+
+``<base>.index`` (all fields little-endian)::
+
+    header, 64 bytes
+      0  magic            8s   b"CNPYIX01"
+      8  committed_length u64  bytes of valid data in .log
+     16  flushed_length   u64  bytes of .log known to be fsynced
+     24  created_ms       i64  wall clock at creation (segment.ms rolls by it)
+     32  base_offset      i64  sanity check against the file name
+    entries from 64, one per batch, 32 bytes ('<qqqII')
+      base_offset, last_offset, running max timestamp (of this segment),
+      file position, batch size
+
+Write order of one append: batch bytes into .log, the index entry, then
+``committed_length`` with a single aligned 8-byte store.  A process killed at
+any instruction therefore leaves the committed length pointing at data and
+index entries that are complete in the page cache (which survives the process).
+A machine crash may lose pages in any order, which is why ``flushed_length`` is
+written only after an fdatasync of .log, and recovery re-checks the CRC of every
+batch in (flushed_length, committed_length].
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import sys
+import time
+from pathlib import Path
+
+from protocol.records import (
+    BATCH_HEADER_SIZE, HEADER_STRUCT, InvalidRecordBatch, check_batch,
+    patch_base_offset, patch_leader_epoch,
+)
+
+if sys.byteorder != "little":  # the committed-length store below is a native 8-byte store
+    raise ImportError("canopy's storage format assumes a little-endian host")
+
+INDEX_MAGIC = b"CNPYIX01"
+INDEX_HEADER_SIZE = 64
+INDEX_HEADER = struct.Struct("<8sQQqq")
+ENTRY = struct.Struct("<qqqII")
+ENTRY_SIZE = ENTRY.size  # 32
+# Native 'Q' packs with one memcpy of 8 bytes, i.e. one aligned store: a kill -9
+# cannot tear it.  ('<Q' would write the bytes one at a time.)
+_COMMIT = struct.Struct("Q")
+_COMMITTED_AT = 8
+_FLUSHED_AT = 16
+_Q = struct.Struct("<q")
+
+PAGE = mmap.PAGESIZE
+MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # Linux 5.14+
+_MIN_PREFAULT = 64 << 10
+_MAX_PREFAULT = 16 << 20
+_INITIAL_INDEX_ENTRIES = 256
+
+# Offsets of fields inside an entry, for bisection without unpacking all of it.
+_E_BASE, _E_LAST, _E_MAXTS, _E_POS = 0, 8, 16, 24
+_U32 = struct.Struct("<I")
+
+
+def segment_name(base_offset: int) -> str:
+    """Kafka's naming: the base offset zero-padded to 20 digits."""
+    return f"{base_offset:020d}"
+
+
+def _round_up(n: int, to: int = PAGE) -> int:
+    return (n + to - 1) // to * to
+
+
+class Segment:
+    """A segment's files, its committed length and index.  See the module doc.
+
+    Thread use: appends, rolls and deletion come from the log's owning thread;
+    ``flush_to`` may run in a worker thread.  The owning Log serialises the
+    lifetime (pins) so fds are never closed under a running fsync or sendfile.
+    """
+
+    def __init__(self, directory: Path, base_offset: int):
+        self.directory = directory
+        self.base_offset = base_offset
+        self.log_path = directory / (segment_name(base_offset) + ".log")
+        self.index_path = directory / (segment_name(base_offset) + ".index")
+        self.log_fd = -1
+        self.index_fd = -1
+        self._log_mm: mmap.mmap | None = None   # only while active
+        self._index_mm: mmap.mmap | None = None
+        self._map_size = 0        # bytes of .log mapped (active segment)
+        self._faulted = 0         # .log bytes pre-faulted so far
+        self._populate = True     # MADV_POPULATE_WRITE works on this kernel
+        self._index_capacity = 0  # entries the .index file/mapping can hold
+        self.size = 0             # committed length
+        self.flushed_length = 0
+        self.entries = 0
+        self.next_offset = base_offset      # last_offset + 1 of the last batch
+        self.max_timestamp = -1             # running max over the segment
+        self.created_ms = 0
+        # lifetime: see Log._pin; fds close when deleted and unpinned
+        self.pins = 0
+        self.deleted = False
+        self.closed = False
+        self.needs_dir_sync = False
+
+    # -- creation / opening -------------------------------------------------
+
+    @classmethod
+    def create(cls, directory: Path, base_offset: int, now_ms: int) -> "Segment":
+        seg = cls(directory, base_offset)
+        seg.created_ms = now_ms
+        seg.log_fd = os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        seg.index_fd = os.open(seg.index_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        seg._map_index(_INITIAL_INDEX_ENTRIES)
+        seg._index_mm[:INDEX_HEADER_SIZE] = INDEX_HEADER.pack(
+            INDEX_MAGIC, 0, 0, now_ms, base_offset).ljust(INDEX_HEADER_SIZE, b"\0")
+        seg.needs_dir_sync = True
+        return seg
+
+    @classmethod
+    def open(cls, directory: Path, base_offset: int) -> tuple["Segment", bool]:
+        """Open an existing segment and run recovery on it.
+
+        Returns (segment, truncated): ``truncated`` means recovery cut off data
+        (a torn tail), so later segments cannot be trusted to follow on.
+        """
+        seg = cls(directory, base_offset)
+        seg.log_fd = os.open(seg.log_path, os.O_RDWR)
+        try:
+            seg.index_fd = os.open(seg.index_path, os.O_RDWR | os.O_CREAT, 0o644)
+            truncated = seg._recover()
+        except BaseException:
+            seg.close()
+            raise
+        return seg, truncated
+
+    def _map_index(self, capacity: int) -> None:
+        size = INDEX_HEADER_SIZE + capacity * ENTRY_SIZE
+        os.ftruncate(self.index_fd, size)
+        if self._index_mm is None:
+            self._index_mm = mmap.mmap(self.index_fd, size)
+        else:
+            # mremap; fine because no memoryview of the index mapping is ever kept
+            self._index_mm.resize(size)
+        self._index_capacity = capacity
+
+    # -- recovery -------------------------------------------------------------
+
+    def _recover(self) -> bool:
+        """Establish size/entries from the committed length, re-verifying what
+        was not fsynced.  See the module doc for the reasoning."""
+        file_size = os.fstat(self.log_fd).st_size
+        index_size = os.fstat(self.index_fd).st_size
+        header_ok = False
+        committed = flushed = 0
+        if index_size >= INDEX_HEADER_SIZE:
+            hdr = os.pread(self.index_fd, INDEX_HEADER_SIZE, 0)
+            magic, committed, flushed, created_ms, base = INDEX_HEADER.unpack_from(hdr)
+            header_ok = magic == INDEX_MAGIC and base == self.base_offset
+        if header_ok:
+            self.created_ms = created_ms
+        else:
+            # Index missing or garbage: nothing is trusted, rescan the whole file.
+            committed, flushed = file_size, 0
+            self.created_ms = int(time.time() * 1000)
+        committed = min(committed, file_size)
+        flushed = min(flushed, committed)
+        capacity = max(_INITIAL_INDEX_ENTRIES,
+                       (max(index_size, INDEX_HEADER_SIZE) - INDEX_HEADER_SIZE) // ENTRY_SIZE)
+        self._map_index(capacity)
+        if not header_ok:
+            self._index_mm[:INDEX_HEADER_SIZE] = INDEX_HEADER.pack(
+                INDEX_MAGIC, 0, 0, self.created_ms, self.base_offset).ljust(INDEX_HEADER_SIZE, b"\0")
+            self._index_mm[INDEX_HEADER_SIZE:] = bytes(len(self._index_mm) - INDEX_HEADER_SIZE)
+
+        # Trusted index prefix: entries are written in order with growing end
+        # positions, then at most one entry not yet covered by ``committed``,
+        # then zeros — so "end <= committed and size > 0" is a monotone predicate.
+        n = self._bisect_count(lambda i: self._entry_end(i) <= committed and self._entry_size(i) > 0,
+                               capacity)
+        if n and (self._entry_end(n - 1) != committed or self._entry_pos(0) != 0):
+            n = 0  # the index disagrees with the committed length: rebuild it
+        # Keep only the entries whose batches were fsynced; re-verify the rest.
+        keep = self._bisect_count(lambda i: self._entry_end(i) <= flushed, n)
+        pos = self._entry_end(keep - 1) if keep else 0
+        last_offset = self._entry_last(keep - 1) if keep else self.base_offset - 1
+        self.entries = keep
+        self.max_timestamp = self._entry_maxts(keep - 1) if keep else -1
+
+        # Walk the unverified tail: header sanity + CRC32C for each batch.
+        truncated = False
+        if committed > pos:
+            with mmap.mmap(self.log_fd, committed, access=mmap.ACCESS_READ) as data:
+                while pos < committed:
+                    try:
+                        h = check_batch(data, pos, committed, strict=False, check_crc=True)
+                    except InvalidRecordBatch:
+                        truncated = True
+                        break
+                    if h.base_offset <= last_offset or h.base_offset < self.base_offset:
+                        truncated = True  # offsets must grow: a stale or foreign batch
+                        break
+                    self._put_entry(h.base_offset, h.last_offset, h.max_timestamp, pos, h.total_size)
+                    last_offset = h.last_offset
+                    pos += h.total_size
+        # Anything in the file past ``pos`` is a torn write or preallocation.
+        self.size = pos
+        self.next_offset = last_offset + 1
+        self.flushed_length = min(flushed, pos)
+        _COMMIT.pack_into(self._index_mm, _COMMITTED_AT, pos)
+        _COMMIT.pack_into(self._index_mm, _FLUSHED_AT, self.flushed_length)
+        self._zero_index_from(self.entries)
+        if file_size != pos:
+            os.ftruncate(self.log_fd, pos)
+        return truncated
+
+    def _bisect_count(self, pred, hi: int) -> int:
+        lo = 0
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if pred(mid):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def _zero_index_from(self, i: int) -> None:
+        start = INDEX_HEADER_SIZE + i * ENTRY_SIZE
+        end = len(self._index_mm)
+        if start < end:
+            self._index_mm[start:end] = bytes(end - start)
+
+    # -- index entry accessors (struct.unpack_from on the mapping: no export) --
+
+    def _entry_field(self, i: int, off: int) -> int:
+        return _Q.unpack_from(self._index_mm, INDEX_HEADER_SIZE + i * ENTRY_SIZE + off)[0]
+
+    def _entry_base(self, i: int) -> int:
+        return self._entry_field(i, _E_BASE)
+
+    def _entry_last(self, i: int) -> int:
+        return self._entry_field(i, _E_LAST)
+
+    def _entry_maxts(self, i: int) -> int:
+        return self._entry_field(i, _E_MAXTS)
+
+    def _entry_pos(self, i: int) -> int:
+        return _U32.unpack_from(self._index_mm, INDEX_HEADER_SIZE + i * ENTRY_SIZE + _E_POS)[0]
+
+    def _entry_size(self, i: int) -> int:
+        return _U32.unpack_from(self._index_mm, INDEX_HEADER_SIZE + i * ENTRY_SIZE + _E_POS + 4)[0]
+
+    def _entry_end(self, i: int) -> int:
+        pos, size = struct.unpack_from("<II", self._index_mm, INDEX_HEADER_SIZE + i * ENTRY_SIZE + _E_POS)
+        return pos + size
+
+    def entry(self, i: int) -> tuple[int, int, int, int, int]:
+        """(base_offset, last_offset, running_max_timestamp, position, size)."""
+        return ENTRY.unpack_from(self._index_mm, INDEX_HEADER_SIZE + i * ENTRY_SIZE)
+
+    def _put_entry(self, base: int, last: int, max_ts: int, pos: int, size: int) -> None:
+        n = self.entries
+        if n >= self._index_capacity:
+            self._map_index(self._index_capacity * 2)
+        if max_ts > self.max_timestamp:
+            self.max_timestamp = max_ts
+        ENTRY.pack_into(self._index_mm, INDEX_HEADER_SIZE + n * ENTRY_SIZE,
+                        base, last, self.max_timestamp, pos, size)
+        self.entries = n + 1
+
+    # -- lookups ----------------------------------------------------------------
+
+    def find_offset(self, offset: int) -> int:
+        """Index of the first batch whose last offset >= offset (== entries if none)."""
+        lo, hi = 0, self.entries
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._entry_last(mid) < offset:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def find_base_below(self, upper_offset: int, lo: int) -> int:
+        """Number of entries (from 0) whose base offset < upper_offset, searching from lo."""
+        hi = self.entries
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._entry_base(mid) < upper_offset:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def find_end_within(self, limit_end: int, lo: int, hi: int) -> int:
+        """Number of entries (from 0, searching [lo, hi)) ending at or before limit_end."""
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._entry_end(mid) <= limit_end:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def find_timestamp(self, ts: int) -> int:
+        """Index of the first batch whose running max timestamp >= ts: that batch
+        holds a record with timestamp >= ts and no earlier batch does."""
+        lo, hi = 0, self.entries
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._entry_maxts(mid) < ts:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def read_at(self, pos: int, size: int) -> bytes:
+        return os.pread(self.log_fd, size, pos)
+
+    # -- appending (active segment only) --------------------------------------
+
+    def activate(self, map_size: int) -> None:
+        """Make this the active segment: extend the file sparsely to ``map_size``
+        and map it.  Sparse extension costs no disk blocks; blocks are allocated
+        as the pre-faulting runs ahead of the writes."""
+        map_size = _round_up(max(map_size, self.size + 1))
+        os.ftruncate(self.log_fd, map_size)
+        self._log_mm = mmap.mmap(self.log_fd, map_size)
+        self._map_size = map_size
+        self._faulted = self.size // PAGE * PAGE
+
+    def can_fit(self, nbytes: int) -> bool:
+        return self.size + nbytes <= self._map_size
+
+    def _prefault(self, end: int) -> None:
+        # Pre-fault roughly as much as was written so far (64 KiB..16 MiB): a
+        # busy partition gets big chunks, thousands of idle ones stay small.
+        chunk = min(_MAX_PREFAULT, max(_MIN_PREFAULT, _round_up(self.size)))
+        target = min(self._map_size, _round_up(end + chunk))
+        if self._populate and target > self._faulted:
+            try:
+                self._log_mm.madvise(MADV_POPULATE_WRITE, self._faulted, target - self._faulted)
+            except (OSError, ValueError):
+                self._populate = False  # old kernel: let the writes fault pages in
+        self._faulted = target
+
+    def append(self, batch, base_offset: int, last_offset: int, max_timestamp: int,
+               leader_epoch: int | None) -> int:
+        """Copy one batch in, patch baseOffset (and partitionLeaderEpoch unless
+        None) in the mapping, index it, then commit.  Returns its position.
+        Replicated batches already carry their offset; patching it again with
+        the same value keeps them byte for byte."""
+        pos = self.size
+        end = pos + len(batch)
+        if end > self._faulted:
+            self._prefault(end)
+        mm = self._log_mm
+        mm[pos:end] = batch
+        patch_base_offset(mm, pos, base_offset)
+        if leader_epoch is not None:
+            patch_leader_epoch(mm, pos, leader_epoch)
+        self._put_entry(base_offset, last_offset, max_timestamp, pos, end - pos)
+        # The commit point: one aligned 8-byte store, after data and index entry.
+        _COMMIT.pack_into(self._index_mm, _COMMITTED_AT, end)
+        self.size = end
+        self.next_offset = last_offset + 1
+        return pos
+
+    def truncate_entries(self, keep: int) -> None:
+        """Drop entries [keep:] and their data (replication truncation)."""
+        new_size = self._entry_end(keep - 1) if keep else 0
+        self.entries = keep
+        self.max_timestamp = self._entry_maxts(keep - 1) if keep else -1
+        self.next_offset = self._entry_last(keep - 1) + 1 if keep else self.base_offset
+        _COMMIT.pack_into(self._index_mm, _COMMITTED_AT, new_size)
+        if self.flushed_length > new_size:
+            self.flushed_length = new_size
+            _COMMIT.pack_into(self._index_mm, _FLUSHED_AT, new_size)
+        self._zero_index_from(keep)
+        self.size = new_size
+        # Make the lower committed/flushed lengths durable before new data can
+        # reuse the space: recovery trusts bytes below flushed_length unchecked.
+        os.fsync(self.index_fd)
+        map_size = self._map_size
+        if self._log_mm is not None:
+            self._log_mm.close()
+            self._log_mm = None
+        # Shrinking then re-extending the file zeroes the dropped bytes, so the
+        # area past `size` is clean preallocation again.
+        os.ftruncate(self.log_fd, new_size)
+        if map_size:
+            self.activate(map_size)
+
+    def seal(self) -> None:
+        """Stop being the active segment: unmap and trim the sparse tail so the
+        file is exactly its data (Kafka trims preallocated segments on roll)."""
+        if self._log_mm is not None:
+            self._log_mm.close()
+            self._log_mm = None
+        os.ftruncate(self.log_fd, self.size)
+        self._map_size = self._faulted = 0
+        # the index file keeps spare capacity mapped; trim it too
+        cap = max(self.entries, 1)
+        if cap < self._index_capacity:
+            self._map_index(cap)
+
+    # -- durability ---------------------------------------------------------
+
+    def flush_to(self, committed: int) -> None:
+        """fsync .log, then record flushed_length and fsync .index (see module doc).
+        May run in a worker thread while the owning thread appends."""
+        if committed <= self.flushed_length:
+            return
+        os.fdatasync(self.log_fd)
+        self.flushed_length = committed
+        try:
+            _COMMIT.pack_into(self._index_mm, _FLUSHED_AT, committed)
+        except (ValueError, TypeError):  # mapping closed by a concurrent close()
+            return
+        os.fdatasync(self.index_fd)
+
+    # -- lifetime -----------------------------------------------------------
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for mm in (self._log_mm, self._index_mm):
+            if mm is not None:
+                try:
+                    mm.close()
+                except BufferError:
+                    pass
+        self._log_mm = self._index_mm = None
+        for fd in (self.log_fd, self.index_fd):
+            if fd >= 0:
+                os.close(fd)
+        self.log_fd = self.index_fd = -1
+
+    def unlink(self) -> None:
+        for p in (self.log_path, self.index_path):
+            try:
+                p.unlink()
+            except FileNotFoundError:
+                pass
+
+    def __repr__(self) -> str:
+        return (f"Segment(base_offset={self.base_offset}, size={self.size}, "
+                f"entries={self.entries}, next_offset={self.next_offset})")
