@@ -367,14 +367,13 @@ def run_workload(broker: Broker, args) -> dict:
 
 # --------------------------------------------------------------------------- profile
 
-def py_spy_phase(broker: Broker, raw_out: Path, fn) -> list[tuple[str, float]]:
+def py_spy_phase(broker: Broker, raw_out: Path, fn) -> dict:
     """Run fn() with py-spy sampling the broker; return the top self-time functions."""
     exe = VENV / "bin" / "py-spy"
     if not exe.exists():
         exe = Path(shutil.which("py-spy") or "")
     if not exe.is_file():
         raise RuntimeError("py-spy missing: .venv/bin/pip install py-spy")
-    svg = raw_out.with_suffix(".svg")
     spies = []
     for pid in process_tree(broker.pid):
         try:
@@ -411,9 +410,9 @@ def py_spy_phase(broker: Broker, raw_out: Path, fn) -> list[tuple[str, float]]:
             leaf = stack.split(";")[-1]
             self_time[leaf] += int(count)
             total += int(count)
-    del svg
-    return [(fn_, round(100 * c / total, 1)) for fn_, c in self_time.most_common(10)] \
-        if total else []
+    return {"samples": total,
+            "top_self": [(fn_, round(100 * c / total, 1))
+                         for fn_, c in self_time.most_common(10)] if total else []}
 
 
 def profile_canopy(broker: Broker, args, stamp: str) -> dict:
@@ -490,6 +489,7 @@ def machine_note() -> dict:
         pass
     return {"cpus": os.cpu_count(), "cpu_model": model, "kernel": platform.release(),
             "python": platform.python_version(),
+            "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
             "note": "broker and client on the same machine, loopback"}
 
 
@@ -570,14 +570,16 @@ def main(argv: list[str] | None = None) -> int:
 
     print()
     print(f"{args.records} records x {args.size} B, {args.round_trips} round trips; "
-          f"{os.cpu_count()} CPUs, broker and client on one machine")
+          f"{os.cpu_count()} CPUs, broker and client on one machine; load average at "
+          f"start {report['machine']['loadavg_at_start']}")
     if report["runs"]:
         print_table(report["runs"], ratios)
     if "tansu" in report["runs"]:
         print("tansu keeps records in memory only (memory://tansu/); canopy writes to disk.")
-    for phase, top in report.get("profile", {}).items():
-        print(f"\ncanopy {phase}: top self time (py-spy, % of samples)")
-        for fn_, pct in top:
+    for phase, prof in report.get("profile", {}).items():
+        print(f"\ncanopy {phase}: top self time (py-spy, % of {prof['samples']} non-idle "
+              f"samples; stacks in bench/results/*-profile-{phase}-*.txt)")
+        for fn_, pct in prof["top_self"]:
             print(f"  {pct:5.1f}%  {fn_}")
     for name, msg in report["errors"].items():
         print(f"\nERROR {name}: {msg}")
