@@ -1,15 +1,11 @@
-"""Consumer group coordinator (classic protocol). Placeholder until the coordinator lands."""
-from __future__ import annotations
+"""Consumer group coordinator (Kafka's classic group protocol).
 
-import trio
+group.py is the per-group state machine (sans-IO), offsets_log.py the committed offsets
+and their record format in ``__consumer_offsets``, coordinator.py ties them to the broker,
+the clock and the storage engine. Handlers in broker/handlers/ only translate wire dicts.
+"""
+from .coordinator import GroupCoordinator
+from .group import Group, JoinResult, SyncResult
+from .offsets_log import OFFSETS_TOPIC, OffsetEntry
 
-
-class GroupCoordinator:
-    def __init__(self, broker):
-        self.broker = broker
-
-    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
-
-    def close(self) -> None:
-        pass
+__all__ = ["GroupCoordinator", "Group", "JoinResult", "SyncResult", "OFFSETS_TOPIC", "OffsetEntry"]

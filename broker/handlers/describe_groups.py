@@ -1,0 +1,24 @@
+"""DescribeGroups (key 15), versions 0-5.
+
+v1 throttle time; v3 include_authorized_operations (canopy has no ACLs: answers
+-2147483648, "not provided"); v4 group_instance_id per member; v5 flexible. (v6 adds an
+error message: not served.)
+
+State names are Kafka's: Empty, PreparingRebalance, CompletingRebalance, Stable, Dead (an
+unknown group is Dead with no error, as in Kafka). Member metadata, assignments and the
+protocol name are only filled in while the group is Stable, as Kafka does.
+"""
+from protocol.messages import ApiKey
+
+API_KEY = ApiKey.DESCRIBE_GROUPS
+MIN_VERSION, MAX_VERSION = 0, 5
+
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+
+
+async def handle(ctx, request: dict, version: int) -> dict:
+    coord = ctx.broker.groups
+    return {"throttle_time_ms": 0, "groups": [
+        {"error_code": 0, "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+         **coord.describe(gid)}
+        for gid in request.get("groups") or []]}

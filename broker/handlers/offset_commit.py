@@ -1,0 +1,35 @@
+"""OffsetCommit (key 8), versions 2-9.
+
+v2-4 carry retention_time_ms (ignored, as Kafka 2.1+ does: offsets.retention.minutes
+rules); v3 throttle time; v5 drops retention; v6 committed_leader_epoch; v7
+group_instance_id; v8 flexible; v9 is the first version allowed for KIP-848 groups but is
+wire-identical to v8 and, for a classic group, still carries a generation id.
+(v10 names topics by id: not served.)
+
+Generation -1 with any member id (usually empty) on a group without members is a
+standalone commit (assign() users: kcat, Spark); otherwise the member id and generation
+must match the group's current ones. The response is sent once the offsets are durable
+in ``__consumer_offsets``.
+"""
+from protocol.messages import ApiKey
+
+API_KEY = ApiKey.OFFSET_COMMIT
+MIN_VERSION, MAX_VERSION = 2, 9
+
+
+async def handle(ctx, request: dict, version: int) -> dict:
+    topics = request.get("topics") or []
+    offsets = [(t["name"], p["partition_index"], p["committed_offset"],
+                p.get("committed_leader_epoch", -1) if version >= 6 else -1,
+                p.get("committed_metadata"))
+               for t in topics for p in t.get("partitions") or []]
+    errors = await ctx.broker.groups.commit(
+        request["group_id"], member_id=request.get("member_id") or "",
+        group_instance_id=request.get("group_instance_id") if version >= 7 else None,
+        generation_id=request.get("generation_id_or_member_epoch", -1), offsets=offsets)
+    return {"throttle_time_ms": 0, "topics": [
+        {"name": t["name"], "partitions": [
+            {"partition_index": p["partition_index"],
+             "error_code": errors.get((t["name"], p["partition_index"]), 0)}
+            for p in t.get("partitions") or []]}
+        for t in topics]}

@@ -1,0 +1,49 @@
+"""OffsetFetch (key 9), versions 1-8.
+
+v1 reads offsets stored by the coordinator (v0, ZooKeeper storage, is not served); v2
+adds a top-level error and null topics = every partition the group committed; v3 throttle
+time; v5 committed_leader_epoch; v6 flexible; v7 require_stable (KIP-447: canopy has no
+pending transactional offsets, so every offset is stable); v8 batches several groups.
+(v9 adds member id/epoch for KIP-848 groups: not served.)
+
+A partition without a committed offset answers offset -1, leader epoch -1 and metadata ""
+(Kafka's OffsetFetchResponse.NO_METADATA) with no error.
+"""
+from protocol.messages import ApiKey
+
+API_KEY = ApiKey.OFFSET_FETCH
+MIN_VERSION, MAX_VERSION = 1, 8
+
+
+def _partitions(entries) -> list:
+    out = []
+    for p, e in entries:
+        if e is None:
+            out.append({"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
+                        "metadata": "", "error_code": 0})
+        else:
+            out.append({"partition_index": p, "committed_offset": e.offset,
+                        "committed_leader_epoch": e.leader_epoch, "metadata": e.metadata,
+                        "error_code": 0})
+    return out
+
+
+def _group(coord, group_id: str, topics) -> list:
+    wanted = None if topics is None else [(t["name"], list(t.get("partition_indexes") or []))
+                                          for t in topics]
+    return [{"name": t, "partitions": _partitions(entries)}
+            for t, entries in coord.fetch(group_id, wanted)]
+
+
+async def handle(ctx, request: dict, version: int) -> dict:
+    coord = ctx.broker.groups
+    if version >= 8:
+        return {"throttle_time_ms": 0, "groups": [
+            {"group_id": g["group_id"], "error_code": 0,
+             "topics": _group(coord, g["group_id"], g.get("topics"))}
+            for g in request.get("groups") or []]}
+    topics = request.get("topics")
+    if version < 2 and topics is None:
+        topics = []
+    return {"throttle_time_ms": 0, "error_code": 0,
+            "topics": _group(coord, request["group_id"], topics)}
