@@ -37,6 +37,8 @@ from typing import Iterable, Iterator, NamedTuple, Sequence
 import cramjam
 import crc32c as _crc32c
 
+_crc32c_fn = _crc32c.crc32c
+
 __all__ = [
     "BATCH_HEADER_SIZE", "LOG_OVERHEAD", "MAGIC_V2",
     "BASE_OFFSET_OFFSET", "BATCH_LENGTH_OFFSET", "PARTITION_LEADER_EPOCH_OFFSET",
@@ -129,37 +131,29 @@ def compute_crc(buf, pos: int = 0, end: int | None = None) -> int:
 # Header view
 # ---------------------------------------------------------------------------
 
-class BatchHeader:
+class BatchHeader(NamedTuple):
     """The 61-byte v2 batch header, decoded with one ``struct.unpack_from``.
 
-    ``position`` is where the batch starts in the buffer it was parsed from (for
-    a segment file: the file position).  It is a snapshot: patching the buffer
-    later does not update an existing view.
+    A tuple (cheap to build: produce validates one per request).  ``position``
+    is where the batch starts in the buffer it was parsed from — for a segment
+    file, the file position.  A snapshot: patching the buffer later does not
+    change an existing header.
     """
 
-    __slots__ = (
-        "base_offset", "batch_length", "partition_leader_epoch", "magic", "crc",
-        "attributes", "last_offset_delta", "base_timestamp", "max_timestamp",
-        "producer_id", "producer_epoch", "base_sequence", "records_count", "position",
-    )
-
-    def __init__(self, base_offset, batch_length, partition_leader_epoch, magic, crc,
-                 attributes, last_offset_delta, base_timestamp, max_timestamp,
-                 producer_id, producer_epoch, base_sequence, records_count, position=0):
-        self.base_offset = base_offset
-        self.batch_length = batch_length
-        self.partition_leader_epoch = partition_leader_epoch
-        self.magic = magic
-        self.crc = crc
-        self.attributes = attributes
-        self.last_offset_delta = last_offset_delta
-        self.base_timestamp = base_timestamp
-        self.max_timestamp = max_timestamp
-        self.producer_id = producer_id
-        self.producer_epoch = producer_epoch
-        self.base_sequence = base_sequence
-        self.records_count = records_count
-        self.position = position
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+    position: int = 0
 
     @classmethod
     def parse(cls, buf, pos: int = 0) -> "BatchHeader":
@@ -169,7 +163,7 @@ class BatchHeader:
             raise InvalidRecordBatch(
                 f"record batch header truncated: {len(buf) - pos} bytes at position {pos}",
                 CORRUPT_MESSAGE)
-        return cls(*HEADER_STRUCT.unpack_from(buf, pos), pos)
+        return _make_header((*HEADER_STRUCT.unpack_from(buf, pos), pos))
 
     @property
     def total_size(self) -> int:
@@ -211,11 +205,8 @@ class BatchHeader:
             return -1
         return (self.base_sequence + self.last_offset_delta) % (1 << 31)
 
-    def __repr__(self) -> str:
-        return (f"BatchHeader(base_offset={self.base_offset}, last_offset={self.last_offset}, "
-                f"records_count={self.records_count}, total_size={self.total_size}, "
-                f"codec={self.compression}, max_timestamp={self.max_timestamp}, "
-                f"producer_id={self.producer_id}, base_sequence={self.base_sequence})")
+
+_make_header = BatchHeader._make
 
 
 # ---------------------------------------------------------------------------
@@ -224,15 +215,24 @@ class BatchHeader:
 
 def _check_one(buf, pos: int, end: int, strict: bool, check_crc: bool) -> BatchHeader:
     avail = end - pos
-    if avail < LOG_OVERHEAD + 5:  # enough to read the length and magic
+    if avail < BATCH_HEADER_SIZE:
+        # Too short for a v2 header; say why as precisely as Kafka would.
+        if avail >= MAGIC_OFFSET + 1:
+            magic = _PREFIX_STRUCT.unpack_from(buf, pos)[3]
+            if magic in (0, 1):
+                raise InvalidRecordBatch(f"record batch magic {magic} is not 2", INVALID_RECORD)
         raise InvalidRecordBatch(f"truncated record batch at position {pos}", CORRUPT_MESSAGE)
-    _, batch_length, _, magic = _PREFIX_STRUCT.unpack_from(buf, pos)
+    t = HEADER_STRUCT.unpack_from(buf, pos)
+    # t: base_offset, batch_length, leader_epoch, magic, crc, attributes,
+    #    last_offset_delta, base_ts, max_ts, producer_id, producer_epoch, base_seq, count
+    magic = t[3]
     if magic != MAGIC_V2:
         # Produce v3+ (all canopy serves) may carry only magic-2 batches; Kafka's
         # ProduceRequest.validateRecords answers INVALID_RECORD for magic 0/1.  An
         # unknown future magic cannot even be framed: Kafka calls it corrupt.
         code = INVALID_RECORD if magic in (0, 1) else CORRUPT_MESSAGE
         raise InvalidRecordBatch(f"record batch magic {magic} is not 2", code)
+    batch_length = t[1]
     if batch_length < _MIN_BATCH_LENGTH:
         raise InvalidRecordBatch(
             f"record batch length {batch_length} smaller than the v2 header", CORRUPT_MESSAGE)
@@ -240,35 +240,35 @@ def _check_one(buf, pos: int, end: int, strict: bool, check_crc: bool) -> BatchH
     if total > avail:
         raise InvalidRecordBatch(
             f"record batch length {total} exceeds the {avail} bytes available", CORRUPT_MESSAGE)
-    h = BatchHeader(*HEADER_STRUCT.unpack_from(buf, pos), pos)
-    if h.records_count < 0 or h.last_offset_delta < 0:
+    count = t[12]
+    last_offset_delta = t[6]
+    if count < 0 or last_offset_delta < 0:
         raise InvalidRecordBatch(
-            f"invalid record count {h.records_count} / lastOffsetDelta {h.last_offset_delta}",
-            INVALID_RECORD)
+            f"invalid record count {count} / lastOffsetDelta {last_offset_delta}", INVALID_RECORD)
     if strict:
         # Kafka's LogValidator.validateBatch for produce: a client batch holds at
         # least one record and its offsets are dense (count == lastOffsetDelta+1).
         # Replicated batches may come from a compacted log, so followers skip this.
-        if h.records_count == 0:
+        if count == 0:
             raise InvalidRecordBatch("record batch holds no records", INVALID_RECORD)
-        if h.records_count != h.last_offset_delta + 1:
+        if count != last_offset_delta + 1:
             raise InvalidRecordBatch(
-                f"inconsistent batch offset range ({h.last_offset_delta + 1}) and "
-                f"record count ({h.records_count})", INVALID_RECORD)
-    elif h.records_count > h.last_offset_delta + 1:
+                f"inconsistent batch offset range ({last_offset_delta + 1}) and "
+                f"record count ({count})", INVALID_RECORD)
+    elif count > last_offset_delta + 1:
         raise InvalidRecordBatch(
-            f"record count {h.records_count} exceeds offset range {h.last_offset_delta + 1}",
-            INVALID_RECORD)
-    if h.compression > CODEC_ZSTD:
-        raise InvalidRecordBatch(f"unknown compression codec {h.compression}",
+            f"record count {count} exceeds offset range {last_offset_delta + 1}", INVALID_RECORD)
+    if t[5] & COMPRESSION_CODEC_MASK > CODEC_ZSTD:
+        raise InvalidRecordBatch(f"unknown compression codec {t[5] & COMPRESSION_CODEC_MASK}",
                                  UNSUPPORTED_COMPRESSION_TYPE)
     if check_crc:
-        crc = _crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET:pos + total])
-        if crc != h.crc:
+        with memoryview(buf) as mv:
+            crc = _crc32c_fn(mv[pos + ATTRIBUTES_OFFSET:pos + total])
+        if crc != t[4]:
             raise InvalidRecordBatch(
-                f"record batch CRC mismatch: stored {h.crc:#010x}, computed {crc:#010x}",
+                f"record batch CRC mismatch: stored {t[4]:#010x}, computed {crc:#010x}",
                 CORRUPT_MESSAGE)
-    return h
+    return _make_header((*t, pos))
 
 
 def check_batch(buf, pos: int = 0, end: int | None = None, *, strict: bool = True,
@@ -316,6 +316,9 @@ def validate_produce_records(buf) -> BatchHeader:
     """
     if buf is None or len(buf) == 0:
         raise InvalidRecordBatch("produce request holds no record batch", INVALID_RECORD)
+    h = _check_one(buf, 0, len(buf), True, True)
+    if h.batch_length + LOG_OVERHEAD == len(buf):
+        return h
     headers = validate_batches(buf, strict=True)
     if len(headers) != 1:
         raise InvalidRecordBatch(

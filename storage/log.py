@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import os
 import shutil
+import struct
 import threading
 import time
 from dataclasses import dataclass, fields
@@ -34,9 +35,13 @@ from protocol.records import (
 
 from .segment import Segment, segment_name
 
+_make_header = BatchHeader._make
+
 CHECKPOINT = "log-start-offset.checkpoint"
 # Kafka's segment.bytes is an int; our index stores 32-bit positions.
 MAX_SEGMENT_BYTES = (1 << 31) - 1
+# batchLength @8, lastOffsetDelta @23, maxTimestamp @35: all append needs
+_APPEND_FIELDS = struct.Struct(">8xi11xi8xq")
 
 
 class StorageError(Exception):
@@ -172,6 +177,7 @@ class Log:
         if self.config.segment_bytes > MAX_SEGMENT_BYTES:
             self.config.segment_bytes = MAX_SEGMENT_BYTES
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._roll_size = self.config.segment_bytes
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._segments: list[Segment] = []
@@ -280,8 +286,7 @@ class Log:
         — both lie outside the CRC'd range, so no per-record work.  LogAppendTime
         is the caller's job (set_log_append_time) before this call.
         """
-        (_, batch_length, _, _, _, _, last_offset_delta, _, max_timestamp,
-         *_rest) = HEADER_STRUCT.unpack_from(batch, 0)
+        batch_length, last_offset_delta, max_timestamp = _APPEND_FIELDS.unpack_from(batch, 0)
         size = batch_length + LOG_OVERHEAD
         if size != len(batch):
             raise InvalidRecordBatch(f"batch length {size} != {len(batch)} bytes given")
@@ -289,7 +294,10 @@ class Log:
             raise InvalidRecordBatch(
                 f"batch of {size} bytes exceeds max.message.bytes {self.config.max_message_bytes}",
                 MESSAGE_TOO_LARGE)
-        seg = self._segment_for_append(size, now_ms)
+        seg = self._segments[-1]
+        if seg.size and (seg.size + size > self._roll_size or self._segment_too_old(seg, now_ms)) \
+                or not seg.can_fit(size):
+            seg = self._segment_for_append(size, now_ms)
         base = self.log_end_offset
         last = base + last_offset_delta
         pos = seg.append(batch, base, last, max_timestamp, leader_epoch)
@@ -329,7 +337,7 @@ class Log:
 
     def _segment_for_append(self, size: int, now: int | None, base_offset: int | None = None) -> Segment:
         seg = self._segments[-1]
-        if seg.size and (not seg.can_fit(size) or seg.size + size > self.config.segment_bytes
+        if seg.size and (not seg.can_fit(size) or seg.size + size > self._roll_size
                          or self._segment_too_old(seg, now)):
             seg = self._roll(base_offset if base_offset is not None else self.log_end_offset, now)
         if not seg.can_fit(size):
@@ -508,10 +516,8 @@ class Log:
                 end = seg._entry_end(j - 1)
                 buf = seg.read_at(pos0, end - pos0)
                 for k in range(i, j):
-                    p = seg._entry_pos(k) - pos0
-                    h = BatchHeader.parse(buf, p)
-                    h.position = p + pos0
-                    yield h
+                    p = seg._entry_pos(k)
+                    yield _make_header((*HEADER_STRUCT.unpack_from(buf, p - pos0), p))
                 i = j
 
     # -- truncation, retention, DeleteRecords ---------------------------------

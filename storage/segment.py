@@ -16,6 +16,7 @@ a segment is trimmed to its data length and unmapped; reads go through its fd.
      16  flushed_length   u64  bytes of .log known to be fsynced
      24  created_ms       i64  wall clock at creation (segment.ms rolls by it)
      32  base_offset      i64  sanity check against the file name
+     40  boot_id          16s  kernel boot id of the last session that wrote it
     entries from 64, one per batch, 32 bytes ('<qqqII')
       base_offset, last_offset, running max timestamp (of this segment),
       file position, batch size
@@ -27,6 +28,15 @@ index entries that are complete in the page cache (which survives the process).
 A machine crash may lose pages in any order, which is why ``flushed_length`` is
 written only after an fdatasync of .log, and recovery re-checks the CRC of every
 batch in (flushed_length, committed_length].
+
+Recovery tells the two crashes apart by the kernel's boot id, stamped in the
+index header whenever a segment is opened for writing.  Same boot id: only the
+process died, the page cache holds every committed byte, and re-verifying
+(flushed, committed] would cost seconds per partition in the default ``async``
+flush policy (which never fsyncs) for nothing — only the last 64 KiB are
+re-checked, as a guard.  Different boot id (or none): everything past
+``flushed_length`` is CRC-checked and a torn tail truncated; what was read back
+came from disk, so it then counts as flushed.
 """
 
 from __future__ import annotations
@@ -39,8 +49,8 @@ import time
 from pathlib import Path
 
 from protocol.records import (
-    BATCH_HEADER_SIZE, HEADER_STRUCT, InvalidRecordBatch, check_batch,
-    patch_base_offset, patch_leader_epoch,
+    BASE_OFFSET_OFFSET, BATCH_LENGTH_OFFSET, PARTITION_LEADER_EPOCH_OFFSET, InvalidRecordBatch,
+    check_batch,
 )
 
 if sys.byteorder != "little":  # the committed-length store below is a native 8-byte store
@@ -48,7 +58,8 @@ if sys.byteorder != "little":  # the committed-length store below is a native 8-
 
 INDEX_MAGIC = b"CNPYIX01"
 INDEX_HEADER_SIZE = 64
-INDEX_HEADER = struct.Struct("<8sQQqq")
+INDEX_HEADER = struct.Struct("<8sQQqq16s")
+_BOOT_ID_AT = 40
 ENTRY = struct.Struct("<qqqII")
 ENTRY_SIZE = ENTRY.size  # 32
 # Native 'Q' packs with one memcpy of 8 bytes, i.e. one aligned store: a kill -9
@@ -57,12 +68,31 @@ _COMMIT = struct.Struct("Q")
 _COMMITTED_AT = 8
 _FLUSHED_AT = 16
 _Q = struct.Struct("<q")
+_Q_BE = struct.Struct(">q")
+# baseOffset, batchLength, partitionLeaderEpoch are adjacent: patch them with one
+# pack_into (batchLength rewritten unchanged).  Outside the CRC'd range.
+_PATCH = struct.Struct(">qii")
+assert (BASE_OFFSET_OFFSET, BATCH_LENGTH_OFFSET, PARTITION_LEADER_EPOCH_OFFSET) == (0, 8, 12)
 
 PAGE = mmap.PAGESIZE
 MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # Linux 5.14+
 _MIN_PREFAULT = 64 << 10
 _MAX_PREFAULT = 16 << 20
 _INITIAL_INDEX_ENTRIES = 256
+# Same-boot recovery still re-verifies this much of a segment's tail.
+SAME_BOOT_TAIL_CHECK = 64 << 10
+
+
+def _read_boot_id() -> bytes:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            import uuid
+            return uuid.UUID(f.read().strip()).bytes
+    except (OSError, ValueError):
+        return b""  # unknown: every recovery assumes a machine crash
+
+
+BOOT_ID = _read_boot_id()
 
 # Offsets of fields inside an entry, for bisection without unpacking all of it.
 _E_BASE, _E_LAST, _E_MAXTS, _E_POS = 0, 8, 16, 24
@@ -110,6 +140,7 @@ class Segment:
         self.deleted = False
         self.closed = False
         self.needs_dir_sync = False
+        self.recovery_verified_bytes = 0
 
     # -- creation / opening -------------------------------------------------
 
@@ -121,7 +152,7 @@ class Segment:
         seg.index_fd = os.open(seg.index_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         seg._map_index(_INITIAL_INDEX_ENTRIES)
         seg._index_mm[:INDEX_HEADER_SIZE] = INDEX_HEADER.pack(
-            INDEX_MAGIC, 0, 0, now_ms, base_offset).ljust(INDEX_HEADER_SIZE, b"\0")
+            INDEX_MAGIC, 0, 0, now_ms, base_offset, BOOT_ID).ljust(INDEX_HEADER_SIZE, b"\0")
         seg.needs_dir_sync = True
         return seg
 
@@ -163,8 +194,10 @@ class Segment:
         committed = flushed = 0
         if index_size >= INDEX_HEADER_SIZE:
             hdr = os.pread(self.index_fd, INDEX_HEADER_SIZE, 0)
-            magic, committed, flushed, created_ms, base = INDEX_HEADER.unpack_from(hdr)
+            magic, committed, flushed, created_ms, base, boot_id = INDEX_HEADER.unpack_from(hdr)
             header_ok = magic == INDEX_MAGIC and base == self.base_offset
+        same_boot = header_ok and BOOT_ID != b"" and boot_id == BOOT_ID
+        rebooted = header_ok and not same_boot
         if header_ok:
             self.created_ms = created_ms
         else:
@@ -178,7 +211,8 @@ class Segment:
         self._map_index(capacity)
         if not header_ok:
             self._index_mm[:INDEX_HEADER_SIZE] = INDEX_HEADER.pack(
-                INDEX_MAGIC, 0, 0, self.created_ms, self.base_offset).ljust(INDEX_HEADER_SIZE, b"\0")
+                INDEX_MAGIC, 0, 0, self.created_ms, self.base_offset, BOOT_ID
+            ).ljust(INDEX_HEADER_SIZE, b"\0")
             self._index_mm[INDEX_HEADER_SIZE:] = bytes(len(self._index_mm) - INDEX_HEADER_SIZE)
 
         # Trusted index prefix: entries are written in order with growing end
@@ -188,8 +222,10 @@ class Segment:
                                capacity)
         if n and (self._entry_end(n - 1) != committed or self._entry_pos(0) != 0):
             n = 0  # the index disagrees with the committed length: rebuild it
-        # Keep only the entries whose batches were fsynced; re-verify the rest.
-        keep = self._bisect_count(lambda i: self._entry_end(i) <= flushed, n)
+        # Keep the entries whose batches were fsynced (or, after a mere process
+        # crash, all but the last 64 KiB); re-verify the rest from the data.
+        trusted = max(flushed, committed - SAME_BOOT_TAIL_CHECK) if same_boot and n else flushed
+        keep = self._bisect_count(lambda i: self._entry_end(i) <= trusted, n)
         pos = self._entry_end(keep - 1) if keep else 0
         last_offset = self._entry_last(keep - 1) if keep else self.base_offset - 1
         self.entries = keep
@@ -197,6 +233,7 @@ class Segment:
 
         # Walk the unverified tail: header sanity + CRC32C for each batch.
         truncated = False
+        self.recovery_verified_bytes = committed - pos
         if committed > pos:
             with mmap.mmap(self.log_fd, committed, access=mmap.ACCESS_READ) as data:
                 while pos < committed:
@@ -214,7 +251,8 @@ class Segment:
         # Anything in the file past ``pos`` is a torn write or preallocation.
         self.size = pos
         self.next_offset = last_offset + 1
-        self.flushed_length = min(flushed, pos)
+        # After a reboot, every byte kept was just read back from disk: durable.
+        self.flushed_length = pos if rebooted else min(flushed, pos)
         _COMMIT.pack_into(self._index_mm, _COMMITTED_AT, pos)
         _COMMIT.pack_into(self._index_mm, _FLUSHED_AT, self.flushed_length)
         self._zero_index_from(self.entries)
@@ -332,6 +370,9 @@ class Segment:
         and map it.  Sparse extension costs no disk blocks; blocks are allocated
         as the pre-faulting runs ahead of the writes."""
         map_size = _round_up(max(map_size, self.size + 1))
+        # Writes in this boot follow: a later recovery must know which boot
+        # made them (see the module doc).
+        self._index_mm[_BOOT_ID_AT:_BOOT_ID_AT + 16] = BOOT_ID.ljust(16, b"\0")
         os.ftruncate(self.log_fd, map_size)
         self._log_mm = mmap.mmap(self.log_fd, map_size)
         self._map_size = map_size
@@ -357,19 +398,30 @@ class Segment:
         """Copy one batch in, patch baseOffset (and partitionLeaderEpoch unless
         None) in the mapping, index it, then commit.  Returns its position.
         Replicated batches already carry their offset; patching it again with
-        the same value keeps them byte for byte."""
+        the same value keeps them byte for byte.  (The hot path: kept inline.)"""
         pos = self.size
-        end = pos + len(batch)
+        n = len(batch)
+        end = pos + n
         if end > self._faulted:
             self._prefault(end)
         mm = self._log_mm
         mm[pos:end] = batch
-        patch_base_offset(mm, pos, base_offset)
-        if leader_epoch is not None:
-            patch_leader_epoch(mm, pos, leader_epoch)
-        self._put_entry(base_offset, last_offset, max_timestamp, pos, end - pos)
+        if leader_epoch is None:
+            _Q_BE.pack_into(mm, pos, base_offset)
+        else:
+            # baseOffset, batchLength (unchanged), partitionLeaderEpoch in one store
+            _PATCH.pack_into(mm, pos, base_offset, n - 12, leader_epoch)
+        i = self.entries
+        if i >= self._index_capacity:
+            self._map_index(self._index_capacity * 2)
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+        idx = self._index_mm
+        ENTRY.pack_into(idx, INDEX_HEADER_SIZE + i * ENTRY_SIZE,
+                        base_offset, last_offset, self.max_timestamp, pos, n)
+        self.entries = i + 1
         # The commit point: one aligned 8-byte store, after data and index entry.
-        _COMMIT.pack_into(self._index_mm, _COMMITTED_AT, end)
+        _COMMIT.pack_into(idx, _COMMITTED_AT, end)
         self.size = end
         self.next_offset = last_offset + 1
         return pos

@@ -328,6 +328,15 @@ def _crash(log):
         s.close()
 
 
+def _reboot(d):
+    """Make the segments look written in an earlier boot (a machine crash):
+    recovery must then distrust everything past the flushed length."""
+    for idx in d.glob("*.index"):
+        with open(idx, "r+b") as f:
+            f.seek(40)
+            f.write(b"\xee" * 16)
+
+
 def test_recovery_ignores_garbage_past_committed_length(tmp_path):
     d = tmp_path / "p"
     log = Log(d, LogConfig())
@@ -369,6 +378,7 @@ def test_recovery_of_unflushed_tail_with_torn_batch(tmp_path):
         # 7th batch partially lost (zeros, as after a power cut); 8th-10th intact
         f.seek(flushed_size + one + 20)
         f.write(b"\0" * 30)
+    _reboot(d)
     log = Log(d, LogConfig())
     assert log.recovered_truncations == 1
     assert log.log_end_offset == flushed_end + 3
@@ -434,8 +444,32 @@ def test_crc_corruption_in_unflushed_tail(tmp_path):
     with open(seg_log, "r+b") as f:
         f.seek(sizes[4] + 70)
         f.write(b"\xff")
+    _reboot(d)
     log = Log(d, LogConfig())
     assert log.log_end_offset == 12
+    # what survived a reboot was read back from disk: it now counts as flushed
+    assert log.active_segment.flushed_length == log.active_segment.size
+    log.close()
+
+
+def test_same_boot_recovery_checks_only_the_tail(tmp_path):
+    """After a process crash (same boot) the page cache holds every committed
+    byte: recovery re-verifies just the last 64 KiB, not the unflushed MBs."""
+    d = tmp_path / "p"
+    log = Log(d, LogConfig())
+    b = batch(n=1, value=b"q" * 4000)
+    for i in range(1000):
+        log.append(b, leader_epoch=0)
+    end = log.log_end_offset
+    _crash(log)
+    log = Log(d, LogConfig())
+    assert log.log_end_offset == end
+    assert 0 < log.active_segment.recovery_verified_bytes <= (64 << 10) + len(b)
+    _crash(log)
+    _reboot(d)
+    log = Log(d, LogConfig())
+    assert log.log_end_offset == end
+    assert log.active_segment.recovery_verified_bytes == end * len(b)
     log.close()
 
 
