@@ -79,6 +79,8 @@ MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # Linux 5.14+
 _MIN_PREFAULT = 64 << 10
 _MAX_PREFAULT = 16 << 20
 _INITIAL_INDEX_ENTRIES = 256
+# Batches at least this big are written with pwrite instead of through the mapping.
+LARGE_WRITE = 128 << 10
 # Same-boot recovery still re-verifies this much of a segment's tail.
 SAME_BOOT_TAIL_CHECK = 64 << 10
 
@@ -402,10 +404,18 @@ class Segment:
         pos = self.size
         n = len(batch)
         end = pos + n
-        if end > self._faulted:
-            self._prefault(end)
         mm = self._log_mm
-        mm[pos:end] = batch
+        if n >= LARGE_WRITE:
+            # Big batches: pwrite into the page cache directly, which beats
+            # pre-faulting + copying through the mapping ~2x (no page zeroing,
+            # no PTEs); the patch below then maps only the first page.
+            os.pwrite(self.log_fd, batch, pos)
+            if end > self._faulted:
+                self._faulted = end // PAGE * PAGE
+        else:
+            if end > self._faulted:
+                self._prefault(end)
+            mm[pos:end] = batch
         if leader_epoch is None:
             _Q_BE.pack_into(mm, pos, base_offset)
         else:

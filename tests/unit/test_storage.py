@@ -638,3 +638,23 @@ def test_model(tmp_path_factory, ops):
             want = next(((o, t) for o, t in visible if t >= ts), None)
             assert log.offset_for_timestamp(ts) == want
     log.close()
+
+
+def test_large_batches_use_pwrite_path_and_round_trip(tmp_path):
+    from storage.segment import LARGE_WRITE
+    d = tmp_path / "p"
+    cfg = LogConfig(segment_bytes=1 << 20, max_message_bytes=1 << 22)
+    log = Log(d, cfg)
+    big = batch(n=2, value=os.urandom(LARGE_WRITE))
+    small = batch(n=1)
+    for i in range(12):
+        log.append(big if i % 3 else small, leader_epoch=4)
+    data = log.read(0, 1 << 30).read_bytes()
+    hs = R.validate_batches(data, strict=True)
+    assert [h.partition_leader_epoch for h in hs] == [4] * 12
+    assert offsets_of(data) == list(range(log.log_end_offset))
+    end = log.log_end_offset
+    _crash(log)
+    log = Log(d, cfg)
+    assert log.log_end_offset == end and log.read(0, 1 << 30).read_bytes() == data
+    log.close()
