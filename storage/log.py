@@ -416,7 +416,7 @@ class Log:
             start = seg.find_offset(fetch_offset)
             if start >= seg.entries:
                 continue  # fetch_offset falls in a gap after this segment's data
-            stop = seg.find_base_below(upper, start)
+            stop = seg.entries if upper >= seg.next_offset else seg.find_base_below(upper, start)
             if stop <= start:
                 break
             pos0 = seg._entry_pos(start)

@@ -96,9 +96,7 @@ def _read_boot_id() -> bytes:
 
 BOOT_ID = _read_boot_id()
 
-# Offsets of fields inside an entry, for bisection without unpacking all of it.
-_E_BASE, _E_LAST, _E_MAXTS, _E_POS = 0, 8, 16, 24
-_U32 = struct.Struct("<I")
+_SLOT0 = INDEX_HEADER_SIZE // 8  # first int64 slot of entry 0
 
 
 def segment_name(base_offset: int) -> str:
@@ -127,6 +125,7 @@ class Segment:
         self.index_fd = -1
         self._log_mm: mmap.mmap | None = None   # only while active
         self._index_mm: mmap.mmap | None = None
+        self._ix: memoryview | None = None    # int64 view of _index_mm (see _map_index)
         self._map_size = 0        # bytes of .log mapped (active segment)
         self._faulted = 0         # .log bytes pre-faulted so far
         self._populate = True     # MADV_POPULATE_WRITE works on this kernel
@@ -178,11 +177,16 @@ class Segment:
     def _map_index(self, capacity: int) -> None:
         size = INDEX_HEADER_SIZE + capacity * ENTRY_SIZE
         os.ftruncate(self.index_fd, size)
+        if self._ix is not None:
+            self._ix.release()  # an exported buffer would block the mremap
+            self._ix = None
         if self._index_mm is None:
             self._index_mm = mmap.mmap(self.index_fd, size)
         else:
-            # mremap; fine because no memoryview of the index mapping is ever kept
             self._index_mm.resize(size)
+        # int64 view for bisection: indexing it is ~4x cheaper than unpack_from.
+        # Native order == the file's little-endian (checked at import).
+        self._ix = memoryview(self._index_mm).cast("q")
         self._index_capacity = capacity
 
     # -- recovery -------------------------------------------------------------
@@ -278,29 +282,28 @@ class Segment:
         if start < end:
             self._index_mm[start:end] = bytes(end - start)
 
-    # -- index entry accessors (struct.unpack_from on the mapping: no export) --
-
-    def _entry_field(self, i: int, off: int) -> int:
-        return _Q.unpack_from(self._index_mm, INDEX_HEADER_SIZE + i * ENTRY_SIZE + off)[0]
+    # -- index entry accessors ---------------------------------------------------
+    # Entry i occupies int64 slots 8+4i .. 11+4i of the index: base offset, last
+    # offset, running max timestamp, then position (low 32 bits) and size (high).
 
     def _entry_base(self, i: int) -> int:
-        return self._entry_field(i, _E_BASE)
+        return self._ix[_SLOT0 + 4 * i]
 
     def _entry_last(self, i: int) -> int:
-        return self._entry_field(i, _E_LAST)
+        return self._ix[_SLOT0 + 4 * i + 1]
 
     def _entry_maxts(self, i: int) -> int:
-        return self._entry_field(i, _E_MAXTS)
+        return self._ix[_SLOT0 + 4 * i + 2]
 
     def _entry_pos(self, i: int) -> int:
-        return _U32.unpack_from(self._index_mm, INDEX_HEADER_SIZE + i * ENTRY_SIZE + _E_POS)[0]
+        return self._ix[_SLOT0 + 4 * i + 3] & 0xFFFFFFFF
 
     def _entry_size(self, i: int) -> int:
-        return _U32.unpack_from(self._index_mm, INDEX_HEADER_SIZE + i * ENTRY_SIZE + _E_POS + 4)[0]
+        return self._ix[_SLOT0 + 4 * i + 3] >> 32
 
     def _entry_end(self, i: int) -> int:
-        pos, size = struct.unpack_from("<II", self._index_mm, INDEX_HEADER_SIZE + i * ENTRY_SIZE + _E_POS)
-        return pos + size
+        v = self._ix[_SLOT0 + 4 * i + 3]
+        return (v & 0xFFFFFFFF) + (v >> 32)
 
     def entry(self, i: int) -> tuple[int, int, int, int, int]:
         """(base_offset, last_offset, running_max_timestamp, position, size)."""
@@ -320,10 +323,11 @@ class Segment:
 
     def find_offset(self, offset: int) -> int:
         """Index of the first batch whose last offset >= offset (== entries if none)."""
+        ix = self._ix
         lo, hi = 0, self.entries
         while lo < hi:
-            mid = (lo + hi) // 2
-            if self._entry_last(mid) < offset:
+            mid = (lo + hi) >> 1
+            if ix[_SLOT0 + 1 + 4 * mid] < offset:
                 lo = mid + 1
             else:
                 hi = mid
@@ -331,10 +335,11 @@ class Segment:
 
     def find_base_below(self, upper_offset: int, lo: int) -> int:
         """Number of entries (from 0) whose base offset < upper_offset, searching from lo."""
+        ix = self._ix
         hi = self.entries
         while lo < hi:
-            mid = (lo + hi) // 2
-            if self._entry_base(mid) < upper_offset:
+            mid = (lo + hi) >> 1
+            if ix[_SLOT0 + 4 * mid] < upper_offset:
                 lo = mid + 1
             else:
                 hi = mid
@@ -342,9 +347,11 @@ class Segment:
 
     def find_end_within(self, limit_end: int, lo: int, hi: int) -> int:
         """Number of entries (from 0, searching [lo, hi)) ending at or before limit_end."""
+        ix = self._ix
         while lo < hi:
-            mid = (lo + hi) // 2
-            if self._entry_end(mid) <= limit_end:
+            mid = (lo + hi) >> 1
+            v = ix[_SLOT0 + 3 + 4 * mid]
+            if (v & 0xFFFFFFFF) + (v >> 32) <= limit_end:
                 lo = mid + 1
             else:
                 hi = mid
@@ -353,10 +360,11 @@ class Segment:
     def find_timestamp(self, ts: int) -> int:
         """Index of the first batch whose running max timestamp >= ts: that batch
         holds a record with timestamp >= ts and no earlier batch does."""
+        ix = self._ix
         lo, hi = 0, self.entries
         while lo < hi:
-            mid = (lo + hi) // 2
-            if self._entry_maxts(mid) < ts:
+            mid = (lo + hi) >> 1
+            if ix[_SLOT0 + 2 + 4 * mid] < ts:
                 lo = mid + 1
             else:
                 hi = mid
@@ -495,6 +503,9 @@ class Segment:
         if self.closed:
             return
         self.closed = True
+        if self._ix is not None:
+            self._ix.release()
+            self._ix = None
         for mm in (self._log_mm, self._index_mm):
             if mm is not None:
                 try:
