@@ -76,7 +76,7 @@ assert (BASE_OFFSET_OFFSET, BATCH_LENGTH_OFFSET, PARTITION_LEADER_EPOCH_OFFSET) 
 
 PAGE = mmap.PAGESIZE
 MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # Linux 5.14+
-_MIN_PREFAULT = 64 << 10
+_MIN_PREFAULT = 16 << 10
 _MAX_PREFAULT = 16 << 20
 _INITIAL_INDEX_ENTRIES = 256
 # Batches at least this big are written with pwrite instead of through the mapping.
@@ -176,14 +176,20 @@ class Segment:
 
     def _map_index(self, capacity: int) -> None:
         size = INDEX_HEADER_SIZE + capacity * ENTRY_SIZE
-        os.ftruncate(self.index_fd, size)
         if self._ix is not None:
             self._ix.release()  # an exported buffer would block the mremap
             self._ix = None
         if self._index_mm is None:
+            os.ftruncate(self.index_fd, size)
             self._index_mm = mmap.mmap(self.index_fd, size)
+            # Python's mmap keeps its own dup of the fd (it ftruncates through it
+            # on resize); close ours so a sealed segment costs 2 fds, not 3.
+            # Flushes reopen the file briefly (_sync_index): msync through
+            # mm.flush() would hold the GIL for the whole disk write.
+            os.close(self.index_fd)
+            self.index_fd = -1
         else:
-            self._index_mm.resize(size)
+            self._index_mm.resize(size)  # ftruncate + mremap
         # int64 view for bisection: indexing it is ~4x cheaper than unpack_from.
         # Native order == the file's little-endian (checked at import).
         self._ix = memoryview(self._index_mm).cast("q")
@@ -392,7 +398,7 @@ class Segment:
         return self.size + nbytes <= self._map_size
 
     def _prefault(self, end: int) -> None:
-        # Pre-fault roughly as much as was written so far (64 KiB..16 MiB): a
+        # Pre-fault roughly as much as was written so far (16 KiB..16 MiB): a
         # busy partition gets big chunks, thousands of idle ones stay small.
         chunk = min(_MAX_PREFAULT, max(_MIN_PREFAULT, _round_up(self.size)))
         target = min(self._map_size, _round_up(end + chunk))
@@ -458,7 +464,7 @@ class Segment:
         self.size = new_size
         # Make the lower committed/flushed lengths durable before new data can
         # reuse the space: recovery trusts bytes below flushed_length unchecked.
-        os.fsync(self.index_fd)
+        self._sync_index()
         map_size = self._map_size
         if self._log_mm is not None:
             self._log_mm.close()
@@ -493,9 +499,21 @@ class Segment:
         self.flushed_length = committed
         try:
             _COMMIT.pack_into(self._index_mm, _FLUSHED_AT, committed)
-        except (ValueError, TypeError):  # mapping closed by a concurrent close()
+        except (ValueError, TypeError):  # closed by a concurrent close()
             return
-        os.fdatasync(self.index_fd)
+        self._sync_index()
+
+    def _sync_index(self) -> None:
+        """fdatasync the index file (entries, committed and flushed lengths).
+        fsync works per inode, so a fresh fd covers pages dirtied via the mapping."""
+        try:
+            fd = os.open(self.index_path, os.O_RDONLY)
+        except FileNotFoundError:
+            return  # deleted meanwhile (retention): nothing left to make durable
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
 
     # -- lifetime -----------------------------------------------------------
 
