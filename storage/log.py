@@ -75,6 +75,10 @@ class LogConfig:
     message_timestamp_type: str = "CreateTime"  # or "LogAppendTime" (applied by the caller)
     cleanup_policy: str = "delete"              # compaction is not implemented
 
+    def __post_init__(self):
+        # Kafka's segment.bytes is an int32; the index stores 32-bit positions.
+        self.segment_bytes = max(1, min(self.segment_bytes, MAX_SEGMENT_BYTES))
+
     @classmethod
     def from_topic_configs(cls, configs: dict[str, str] | None) -> "LogConfig":
         """Build from Kafka topic config names; unknown names are ignored
@@ -174,10 +178,7 @@ class Log:
     def __init__(self, directory: Path, config: LogConfig | None = None):
         self.directory = Path(directory)
         self.config = config or LogConfig()
-        if self.config.segment_bytes > MAX_SEGMENT_BYTES:
-            self.config.segment_bytes = MAX_SEGMENT_BYTES
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._roll_size = self.config.segment_bytes
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._segments: list[Segment] = []
@@ -216,8 +217,8 @@ class Log:
         bases = []
         for p in self.directory.iterdir():
             name = p.name
-            if name.endswith(".tmp"):
-                p.unlink()
+            if name == CHECKPOINT + ".tmp":
+                p.unlink()  # a checkpoint write interrupted before its rename
             elif name.endswith(".log") and name[:-4].isdigit():
                 bases.append(int(name[:-4]))
         bases.sort()
@@ -295,7 +296,7 @@ class Log:
                 f"batch of {size} bytes exceeds max.message.bytes {self.config.max_message_bytes}",
                 MESSAGE_TOO_LARGE)
         seg = self._segments[-1]
-        if seg.size and (seg.size + size > self._roll_size or self._segment_too_old(seg, now_ms)) \
+        if seg.size and (seg.size + size > self.config.segment_bytes or self._segment_too_old(seg, now_ms)) \
                 or not seg.can_fit(size):
             seg = self._segment_for_append(size, now_ms)
         base = self.log_end_offset
@@ -337,7 +338,7 @@ class Log:
 
     def _segment_for_append(self, size: int, now: int | None, base_offset: int | None = None) -> Segment:
         seg = self._segments[-1]
-        if seg.size and (not seg.can_fit(size) or seg.size + size > self._roll_size
+        if seg.size and (not seg.can_fit(size) or seg.size + size > self.config.segment_bytes
                          or self._segment_too_old(seg, now)):
             seg = self._roll(base_offset if base_offset is not None else self.log_end_offset, now)
         if not seg.can_fit(size):
