@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from io import BytesIO
 
 from construct import StreamError
 
 from .messages import api
-from .schema import INT16, INT32, SchemaError, UVARINT, read_uvarint, uvarint_bytes
+from .schema import INT16, INT32, SchemaError, UVARINT, ViewStream, read_uvarint, uvarint_bytes
 
 _SIZE = struct.Struct(">i")
 _HEADER_FIXED = struct.Struct(">hhi")
@@ -26,42 +25,70 @@ class FrameTooLarge(Exception):
 
 
 class FrameReader:
-    """Splits a byte stream into frames. A declared size is never allocated up front:
-    a hostile 2 GiB length prefix costs nothing until the bytes actually arrive, and sizes
-    over ``max_frame_bytes`` are refused as soon as the 4-byte prefix is seen."""
+    """Splits a byte stream into frames, with as few copies as Python allows.
 
-    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_REQUEST_BYTES):
+    Two ways in: ``feed(data)`` for bytes already received, or ``get_buffer()`` +
+    ``commit(n)`` so the caller can ``recv_into`` the reader's own buffer (the broker
+    does; a 1 MiB Produce then lands once in memory and reaches storage as a view).
+
+    Frames come out as memoryviews into that buffer. The reader never writes over bytes it
+    has handed out: when a buffer is full it starts a new one (carrying over only the
+    partial frame), so earlier frames stay valid as long as someone holds them.
+
+    A declared size is never allocated up front beyond what is needed to hold it:
+    sizes over ``max_frame_bytes`` (or negative) are refused as soon as the 4-byte prefix
+    is seen, so a hostile 2 GiB prefix costs nothing."""
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_REQUEST_BYTES, chunk_size: int = 256 * 1024):
         self.max_frame_bytes = max_frame_bytes
-        self._buf = bytearray()
-        self._pos = 0
-
-    def feed(self, data: bytes) -> None:
-        self._buf += data
+        self.chunk_size = chunk_size
+        self._buf = bytearray(chunk_size)
+        self._pos = 0   # start of the first unconsumed byte
+        self._end = 0   # end of received bytes
 
     @property
     def buffered(self) -> int:
-        return len(self._buf) - self._pos
+        return self._end - self._pos
 
-    def next_frame(self) -> bytes | None:
-        buf, pos = self._buf, self._pos
-        if len(buf) - pos < 4:
-            self._compact()
+    def _pending_frame_size(self) -> int | None:
+        if self._end - self._pos < 4:
             return None
-        (size,) = _SIZE.unpack_from(buf, pos)
+        (size,) = _SIZE.unpack_from(self._buf, self._pos)
         if size < 0 or size > self.max_frame_bytes:
             raise FrameTooLarge(size, self.max_frame_bytes)
-        end = pos + 4 + size
-        if len(buf) < end:
-            self._compact()
-            return None
-        frame = bytes(buf[pos + 4:end])
-        self._pos = end
-        return frame
+        return size
 
-    def _compact(self) -> None:
-        if self._pos:
-            del self._buf[:self._pos]
-            self._pos = 0
+    def get_buffer(self, min_size: int = 1) -> memoryview:
+        """Writable space for the next received bytes (at least ``min_size``)."""
+        if len(self._buf) - self._end < max(min_size, 1):
+            # Full: start a fresh buffer, carrying over only the partial frame; frames
+            # handed out earlier keep the old buffer alive. It is sized for the pending
+            # frame, but grows at most ~2x per step, so a declared-but-unsent 100 MiB
+            # frame costs memory only as its bytes actually arrive.
+            size = self._pending_frame_size()
+            have = self._end - self._pos
+            rest = (4 + size - have) if size is not None else self.chunk_size
+            step = min(max(rest, min_size), max(4 * self.chunk_size, 2 * have))
+            new = bytearray(max(self.chunk_size, have + step, have + min_size))
+            new[:have] = self._buf[self._pos:self._end]
+            self._buf, self._pos, self._end = new, 0, have
+        return memoryview(self._buf)[self._end:]
+
+    def commit(self, n: int) -> None:
+        self._end += n
+
+    def feed(self, data) -> None:
+        n = len(data)
+        self.get_buffer(n)[:n] = data
+        self.commit(n)
+
+    def next_frame(self) -> memoryview | None:
+        size = self._pending_frame_size()
+        if size is None or self._end - self._pos < 4 + size:
+            return None
+        start = self._pos + 4
+        self._pos = start + size
+        return memoryview(self._buf)[start:self._pos]
 
 
 @dataclass(slots=True)
@@ -82,14 +109,14 @@ def parse_request_header(frame: bytes) -> tuple[RequestHeader, int]:
     if len(frame) < 8:
         raise SchemaError("request header truncated")
     api_key, api_version, correlation_id = _HEADER_FIXED.unpack_from(frame, 0)
-    stream = BytesIO(frame)
+    stream = ViewStream(frame)
     stream.seek(8)
     client_id_len = INT16._parse(stream, None, "client_id")
     if client_id_len >= 0:
         raw = stream.read(client_id_len)
         if len(raw) != client_id_len:
             raise SchemaError("client_id truncated")
-        client_id = raw.decode("utf-8", "replace")
+        client_id = str(raw, "utf-8", "replace")
     else:
         client_id = None
     header_version = 1
@@ -101,7 +128,7 @@ def parse_request_header(frame: bytes) -> tuple[RequestHeader, int]:
     return RequestHeader(api_key, api_version, correlation_id, client_id, header_version), stream.tell()
 
 
-def _skip_tagged_fields(stream: BytesIO) -> None:
+def _skip_tagged_fields(stream: ViewStream) -> None:
     try:
         for _ in range(read_uvarint(stream, "header tagged fields")):
             read_uvarint(stream, "tag")

@@ -81,6 +81,38 @@ def _resolve_common(fields: list, common: dict) -> None:
             _resolve_common(f["fields"], common)
 
 
+class ViewStream:
+    """A read-only stream over a buffer whose reads are memoryview slices, not copies.
+
+    io.BytesIO copies its initial buffer and every read; a 1 MiB Produce would be copied
+    twice before storage copies it once more into the segment. Here the only copy left is
+    storage's. ``records`` fields therefore decode to memoryviews of the request frame."""
+
+    __slots__ = ("_view", "_pos")
+
+    def __init__(self, data):
+        self._view = data if isinstance(data, memoryview) else memoryview(data)
+        if self._view.format != "B" or self._view.ndim != 1:
+            self._view = self._view.cast("B")
+        self._pos = 0
+
+    def read(self, n: int = -1) -> memoryview:
+        start = self._pos
+        end = len(self._view) if n < 0 else min(start + n, len(self._view))
+        self._pos = end
+        return self._view[start:end]
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        self._pos = pos if whence == 0 else (self._pos + pos if whence == 1 else len(self._view) + pos)
+        return self._pos
+
+    def remaining(self) -> int:
+        return len(self._view) - self._pos
+
+
 # --------------------------------------------------------------------------- primitives
 # Each is a small construct.Construct so codecs compose the way the schemas nest.
 
@@ -169,7 +201,7 @@ class _Uuid(Construct):
     """UUIDs travel as 16 raw bytes; decoded to uuid.UUID (the zero UUID means 'none')."""
 
     def _parse(self, stream, context, path):
-        return uuid.UUID(bytes=stream_read(stream, 16, path))
+        return uuid.UUID(bytes=bytes(stream_read(stream, 16, path)))
 
     def _build(self, obj, stream, context, path):
         raw = obj.bytes if isinstance(obj, uuid.UUID) else bytes(obj or b"\x00" * 16)
@@ -215,7 +247,7 @@ class _String(Construct):
                 raise SchemaError(f"{path}: null for a non-nullable string")
             return None
         try:
-            return stream_read(stream, n, path).decode("utf-8")
+            return str(stream_read(stream, n, path), "utf-8")
         except UnicodeDecodeError as e:
             raise SchemaError(f"{path}: invalid UTF-8") from e
 
@@ -251,10 +283,11 @@ class ExternalBytes:
 class _Bytes(Construct):
     """bytes and records fields. Records stay opaque bytes: batches are never re-parsed here."""
 
-    def __init__(self, compact: bool, nullable: bool):
+    def __init__(self, compact: bool, nullable: bool, view: bool = False):
         super().__init__()
         self.length = _Length(INT32, compact)
         self.nullable = nullable
+        self.view = view  # records: a zero-copy memoryview; other bytes fields: bytes
 
     def _parse(self, stream, context, path):
         n = self.length._parse(stream, context, path)
@@ -262,7 +295,8 @@ class _Bytes(Construct):
             if not self.nullable:
                 raise SchemaError(f"{path}: null for non-nullable bytes")
             return None
-        return stream_read(stream, n, path)
+        data = stream_read(stream, n, path)
+        return data if self.view or isinstance(data, bytes) else bytes(data)
 
     def _build(self, obj, stream, context, path):
         if obj is None:
@@ -274,7 +308,7 @@ class _Bytes(Construct):
         if isinstance(obj, ExternalBytes):
             context.setdefault("external", []).append((stream.tell(), obj))
             return obj
-        stream_write(stream, obj, len(obj), path)
+        stream.write(obj)  # bytes, bytearray or a memoryview of a request frame
         return obj
 
 
@@ -313,6 +347,8 @@ class _Array(Construct):
 
 
 def _remaining(stream) -> int | None:
+    if isinstance(stream, ViewStream):
+        return stream.remaining()
     try:
         buf = stream.getbuffer()
         return len(buf) - stream.tell()
@@ -350,7 +386,7 @@ class _Struct(Construct):
                 raw = stream_read(stream, size, path)
                 f = self.tagged.get(tag)
                 if f is not None:  # unknown tags are skipped, as Kafka does
-                    obj[f.name] = f.codec._parse(BytesIO(raw), context, path)
+                    obj[f.name] = f.codec._parse(ViewStream(raw), context, path)
         return obj
 
     def _build(self, obj, stream, context, path):
@@ -459,7 +495,7 @@ def _codec_for(fj: dict, version: int, flexible: bool, nullable: bool) -> Constr
     if t == "string":
         return _String(flexible, nullable)
     if t in ("bytes", "records"):
-        return _Bytes(flexible, nullable)
+        return _Bytes(flexible, nullable, view=t == "records")
     return build_struct(fj["fields"], version, flexible)
 
 
@@ -490,15 +526,15 @@ class MessageSchema:
         return _struct_defaults(self.codec(version))
 
     def decode(self, data: bytes | memoryview, version: int, *, exact: bool = True) -> dict:
-        stream = BytesIO(data)
+        stream = ViewStream(data)
         try:
             obj = self.codec(version)._parse(stream, {}, self.name)
         except SchemaError:
             raise
         except (ConstructError, struct.error, ValueError, IndexError) as e:
             raise SchemaError(f"{self.name} v{version}: {e}") from e
-        if exact and stream.tell() != len(data):
-            raise SchemaError(f"{self.name} v{version}: {len(data) - stream.tell()} trailing bytes")
+        if exact and stream.remaining():
+            raise SchemaError(f"{self.name} v{version}: {stream.remaining()} trailing bytes")
         return obj
 
     def decode_from(self, stream: BytesIO, version: int) -> dict:
