@@ -397,7 +397,7 @@ def test_admin_consumer_groups(broker, request):
         assert mine[0]["protocol_type"] == "consumer"
 
         desc = admin.describe_groups([group])[group]
-        assert desc["error_code"] == 0
+        assert desc["error"] is None
         assert desc["group_state"] == "Stable"
         assert desc["protocol_type"] == "consumer"
         assert len(desc["members"]) == 1

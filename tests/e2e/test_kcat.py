@@ -225,6 +225,8 @@ def test_two_group_members_split_partitions(kcat, broker, request):
         assert len(a) == 2 and len(b) == 2 and a | b == {0, 1, 2, 3}, (
             f"group did not split 4 partitions between 2 members: {a} / {b}\n"
             f"{members[0].stderr}\n{members[1].stderr}")
+        split = [a, b]
+        rebalances = [len(m.assignments) for m in members]
 
         # Produce only now, so each message has exactly one owner.
         n = 2000
@@ -238,6 +240,9 @@ def test_two_group_members_split_partitions(kcat, broker, request):
         while sum(len(m.records) for m in members) < n and time.monotonic() < deadline:
             time.sleep(0.2)
         time.sleep(1.0)  # anything extra (duplicates) would show up now
+        # No further rebalance while the messages were being read.
+        assert [len(m.assignments) for m in members] == rebalances, (
+            f"unexpected rebalance:\n{members[0].stderr}\n{members[1].stderr}")
     finally:
         for m in members:
             m.stop()
@@ -247,8 +252,8 @@ def test_two_group_members_split_partitions(kcat, broker, request):
                         f"{members[0].stderr}\n{members[1].stderr}\n{broker.log_text()}")
     values = sorted(s for m in members for _, _, s in m.records)
     assert values == sorted(f"g-{i}" for i in range(n))
-    for m in members:
+    for m, mine in zip(members, split):
         # Each member read only its own partitions, in offset order, from offset 0.
-        assert {p for p, _, _ in m.records} == m.assigned
-        for p in m.assigned:
+        assert {p for p, _, _ in m.records} == mine
+        for p in mine:
             assert [o for q, o, _ in m.records if q == p] == list(range(n // 4))
