@@ -41,13 +41,19 @@ kafka-python quirks found and worked around (none of them change bytes on the wi
    ignores every schema's minimum version (ApiMessageData forces it to 0), so it encodes
    and decodes v0-v2 with the v3 field layout minus the fields whose ``versions`` start
    later -- the same widening canopy's messages._WIDENED does. Cross-checked below like
-   any other version and byte-identical.
+   any other version and byte-identical; because both sides widen the same way, v0-v8 are
+   also checked against kafka-python's older hand-written layouts
+   (kafka.protocol.old.produce), which agree byte for byte.
 6. MetadataRequest v0: kafka-python rewrites topics=None to [] before encoding v0; v0
    topics are not nullable, so the generated dicts never hold None there.
+7. Defaults (test_defaults_match_kafka_python): kafka-python defaults ``records`` fields
+   to b"" where Kafka's generator (and canopy) use null, and patches ListOffsetsRequest
+   ReplicaId's default to -1 where Kafka's JSON gives 0. See DEFAULT_OVERRIDES.
 """
 from __future__ import annotations
 
 import inspect
+from io import BytesIO
 import os
 import uuid
 
@@ -221,3 +227,101 @@ def test_api_versions_error_body_is_v0_for_kafka_python():
         got = cls.decode(body, version=version)
         assert got.error_code == 35
         assert [(k.api_key, k.min_version, k.max_version) for k in got.api_keys] == [(18, 0, 4)]
+
+
+# --------------------------------------------------------------------------- defaults
+
+def _skeletons(conv: _Theirs, fields_json, their_fields):
+    """(canopy dict, kafka-python kwargs) that set only the structure -- every struct array
+    holds one element, every untagged struct is present -- and leave every scalar out, so
+    each side's own default fills it (except the documented differences below)."""
+    ours, theirs = {}, {}
+    for name, fj, tf, tagged in conv._pairs(fields_json, their_fields):
+        if tf.is_struct_array():
+            o, t = _skeletons(conv, fj["fields"], tf.array_of._fields)
+            ours[name] = [o]
+            theirs[tf.name] = [tf.array_of.data_class(version=conv.version, **t)]
+        elif tf.is_struct() and not tagged:
+            o, t = _skeletons(conv, fj["fields"], tf._fields)
+            ours[name] = o
+            theirs[tf.name] = tf.data_class(version=conv.version, **t)
+        elif fj["type"] == "records":
+            theirs[tf.name] = None  # default difference (a), see below
+    return ours, theirs
+
+
+# Default differences with kafka-python 3.0.12 (canopy follows Kafka's generator):
+# (a) ``records`` fields (Produce PartitionData.Records, Fetch PartitionData.Records):
+#     Kafka's MessageGenerator defaults every records field to null; kafka-python
+#     defaults them to b"". So a Fetch partition whose records the broker leaves out goes
+#     out as null (length -1) -- Java maps that to MemoryRecords.EMPTY, but handlers
+#     should set records explicitly (b"" for error partitions), as Kafka's broker does.
+# (b) ListOffsetsRequest.ReplicaId has no default in Kafka's JSON (so 0); kafka-python's
+#     json_patch makes it -1 ("normal consumer"). Only a ListOffsets canopy itself sent
+#     could be affected; it sends none, and clients always set the field.
+DEFAULT_OVERRIDES = {"ListOffsetsRequest": {"replica_id": -1}}
+
+
+def test_known_default_differences():
+    from kafka.protocol.consumer import FetchResponse, ListOffsetsRequest
+    assert api(2).request.defaults(5)["replica_id"] == 0
+    assert ListOffsetsRequest(version=5).replica_id == -1
+    partition = api(1).response.defaults(12)  # records default, one level down
+    records_field = FetchResponse.fields["responses"].fields["partitions"].fields["records"]
+    assert records_field.default == b""
+    ours = api(1).response.encode({"responses": [{"partitions": [{}]}]}, 12)
+    assert api(1).response.decode(ours, 12)["responses"][0]["partitions"][0]["records"] is None
+    assert partition["responses"] == []
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_defaults_match_kafka_python(case):
+    """Fields left out take the same default on both sides, at every nesting level."""
+    key, version, kind = case
+    schema = schema_for(key, kind)
+    cls = their_class(key, kind)
+    conv = _Theirs(version, schema.is_flexible(version))
+    ours, theirs = _skeletons(conv, schema.json["fields"], cls._struct._fields)
+    ours.update(DEFAULT_OVERRIDES.get(cls.name, {}))
+    assert cls(version=version, **theirs).encode(version=version) == schema.encode(ours, version)
+
+
+# --------------------------------------------------------------------------- Produce v0-v2
+
+def _as_tuples(fields_json, version, value: dict) -> tuple:
+    """canopy dict -> the nested tuples kafka-python's hand-written (pre-JSON) Structs use,
+    in schema field order (non-flexible versions only: no tagged fields)."""
+    out = []
+    for name, fj, tagged in iter_fields(fields_json, version, False):
+        v = value[name]
+        if "fields" in fj and v is not None:
+            v = ([_as_tuples(fj["fields"], version, e) for e in v] if fj["type"].startswith("[]")
+                 else _as_tuples(fj["fields"], version, v))
+        out.append(v)
+    return tuple(out)
+
+
+PRODUCE_OLD_VERSIONS = range(0, 9)  # every non-flexible Produce version
+
+
+@pytest.mark.parametrize("kind", ["request", "response"])
+@pytest.mark.parametrize("version", PRODUCE_OLD_VERSIONS)
+def test_produce_matches_kafka_python_handwritten_layouts(version, kind):
+    """Produce v0-v2 are outside Kafka 4's JSON (validVersions 3-13); canopy widens the v3
+    schema down to v0 (messages._WIDENED), and so does kafka-python's JSON classes (quirk 5)
+    -- so the JSON cross-check above cannot catch a wrong widening. kafka-python also ships
+    its older hand-written Produce layouts (kafka.protocol.old.produce, transcribed from the
+    protocol guide), an independent oracle for exactly these versions: same bytes both ways."""
+    import kafka.protocol.old.produce as old
+    schema = api(0).request if kind == "request" else api(0).response
+    old_cls = getattr(old, f"Produce{kind.capitalize()}_v{version}")
+
+    @settings(max_examples=EXAMPLES, **SETTINGS)
+    @given(message_strategy(schema, version))
+    def check(msg):
+        ours = schema.encode(msg, version)
+        expected = _as_tuples(schema.json["fields"], version, msg)
+        assert old_cls.SCHEMA.encode(expected) == ours
+        assert tuple(old_cls.SCHEMA.decode(BytesIO(ours))) == expected
+
+    check()
