@@ -30,6 +30,8 @@ MIN_SESSION_TIMEOUT_MS = 6000
 MAX_SESSION_TIMEOUT_MS = 1_800_000
 # Keep one offsets batch well below max.message.bytes (1 MiB default).
 _BATCH_BUDGET = 256 * 1024
+# Snapshot-compact __consumer_offsets when it holds this many records and 4x the live ones.
+COMPACT_MIN_RECORDS = 10_000
 
 
 def _now_ms() -> int:
@@ -47,6 +49,8 @@ class GroupCoordinator:
         self.offsets = OffsetTable()
         self._wake: trio.Event | None = None
         self._loaded = False
+        self._compacting = False
+        self.compact_min_records = COMPACT_MIN_RECORDS
 
     # -- lifecycle -----------------------------------------------------------------
     def load(self) -> None:
@@ -78,8 +82,12 @@ class GroupCoordinator:
 
     def tick(self) -> None:
         now = trio.current_time()
-        for g in list(self.groups.values()):
+        for gid, g in list(self.groups.items()):
             g.tick(now)
+            if g.state == EMPTY and g.is_empty_membership() and not self.offsets.of_group(gid):
+                # Kafka removes Empty groups without offsets (they would otherwise pile up,
+                # e.g. from clients that got MEMBER_ID_REQUIRED and went away).
+                del self.groups[gid]
 
     def _kick(self) -> None:
         """Deadlines changed: let the timer task recompute its sleep."""
@@ -203,9 +211,14 @@ class GroupCoordinator:
                 for k, _ in records:
                     result[k] = ErrorCode.UNKNOWN_SERVER_ERROR
                 return result
+            self._group(group_id, create=True)   # the timer may have dropped it meanwhile
             for (topic, partition), entry in records:
                 self.offsets.put(group_id, topic, partition, entry)
                 result[(topic, partition)] = ErrorCode.NONE
+            try:
+                await self.maybe_compact()
+            except Exception:
+                log.exception("compacting %s failed (will retry on a later commit)", OFFSETS_TOPIC)
         return result
 
     async def _persist(self, group_id: str, records: list) -> None:
@@ -228,6 +241,62 @@ class GroupCoordinator:
         part.notify_append()
         self.broker.flusher.mark_dirty(part.log)
         await self.broker.flusher.wait_durable()
+
+    async def maybe_compact(self) -> bool:
+        """Snapshot compaction of ``__consumer_offsets``: append the live table (newest
+        records win on replay, so the snapshot alone rebuilds it), make it durable, then
+        advance the log start offset to the snapshot's first offset. A crash at any point
+        leaves a log that replays to the same table."""
+        part = self.broker.topics.partition(OFFSETS_TOPIC, 0)
+        if part is None or self._compacting:
+            return False
+        log_ = part.log
+        live = sum(len(t) for t in self.offsets.groups.values())
+        if log_.log_end_offset - log_.log_start_offset < max(self.compact_min_records, 4 * live):
+            return False
+        self._compacting = True
+        try:
+            start = log_.log_end_offset
+            # No await until every snapshot batch is appended: commits cannot interleave.
+            for gid, table in list(self.offsets.groups.items()):
+                batch, size = [], 0
+                for (topic, partition), e in table.items():
+                    k, v = encode_key(gid, topic, partition), encode_value(e)
+                    if batch and size + len(k) + len(v) > _BATCH_BUDGET:
+                        log_.append(build_batch(batch), leader_epoch=part.leader_epoch)
+                        batch, size = [], 0
+                    batch.append((k, v, [], e.commit_timestamp))
+                    size += len(k) + len(v) + 32
+                if batch:
+                    log_.append(build_batch(batch), leader_epoch=part.leader_epoch)
+            await trio.to_thread.run_sync(log_.flush)
+            log_.delete_records_before(start)
+            log.info("compacted %s: %d live offset(s), log start offset now %d",
+                     OFFSETS_TOPIC, live, log_.log_start_offset)
+            return True
+        finally:
+            self._compacting = False
+
+    async def forget_topic(self, topic: str) -> int:
+        """Drop every group's committed offsets for a deleted topic (Kafka does so on
+        topic deletion, so a recreated topic does not inherit stale positions). Writes
+        tombstones, so the removal survives restarts. Returns how many were dropped."""
+        doomed = [(gid, t, p) for gid in list(self.offsets.groups)
+                  for (t, p) in self.offsets.of_group(gid) if t == topic]
+        if not doomed:
+            return 0
+        part = self.broker.topics.partition(OFFSETS_TOPIC, 0)
+        if part is not None:
+            for i in range(0, len(doomed), 1000):
+                part.log.append(build_batch([(encode_key(gid, t, p), None, [], None)
+                                             for gid, t, p in doomed[i:i + 1000]]),
+                                leader_epoch=part.leader_epoch)
+            self.broker.flusher.mark_dirty(part.log)
+        for gid, t, p in doomed:
+            self.offsets.put(gid, t, p, None)
+        if part is not None:
+            await self.broker.flusher.wait_durable()
+        return len(doomed)
 
     def fetch(self, group_id: str, topics: list[tuple[str, list[int]]] | None) -> list:
         """Committed offsets: [(topic, [(partition, OffsetEntry | None)])]. ``topics`` None

@@ -34,9 +34,12 @@ from protocol.records import InvalidRecordBatch, iter_records, validate_batches
 log = logging.getLogger("canopy.groups")
 
 OFFSETS_TOPIC = "__consumer_offsets"
-# Kafka's offsets.topic config is compact; canopy has no compaction, so the topic keeps
-# everything (retention off) and the live table is small enough to hold in memory.
-OFFSETS_TOPIC_CONFIGS = {"retention.ms": "-1", "retention.bytes": "-1"}
+# Kafka's offsets topic is compacted; canopy's storage has no compaction, so time/size
+# retention is off and the coordinator compacts by snapshot instead (coordinator.py:
+# re-append the live table, then advance the log start offset past the old records).
+# Small segments let the old records' files actually go away.
+OFFSETS_TOPIC_CONFIGS = {"retention.ms": "-1", "retention.bytes": "-1",
+                         "segment.bytes": str(16 << 20)}
 
 KEY_OFFSET = 1
 VALUE_V0 = 0

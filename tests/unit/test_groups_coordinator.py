@@ -164,3 +164,59 @@ def test_session_timeout_bounds_and_invalid_group(tmp_path):
         b.close()
 
     run(main)
+
+
+def test_compaction_and_topic_forgetting_survive_restart(tmp_path):
+    async def main():
+        b = make_broker(tmp_path)
+        b.groups.compact_min_records = 50
+        async with trio.open_nursery() as n:
+            await n.start(b.run_background)
+            ctx = Ctx(b)
+            b.topics.create("gone", 1)
+            for i in range(60):
+                await offset_commit.handle(ctx, {
+                    "group_id": "s", "generation_id_or_member_epoch": -1, "member_id": "",
+                    "topics": [{"name": "t", "partitions": [
+                        {"partition_index": i % 4, "committed_offset": i, "committed_metadata": f"m{i}"}]},
+                        {"name": "gone", "partitions": [
+                            {"partition_index": 0, "committed_offset": i, "committed_metadata": None}]}]}, 8)
+            log_ = b.topics.partition(OFFSETS_TOPIC, 0).log
+            assert log_.log_start_offset > 0                  # compacted at least once
+            assert await b.groups.forget_topic("gone") == 1
+            n.cancel_scope.cancel()
+        b.close()
+
+    trio.run(main)   # real clock: compaction flushes in a worker thread
+
+    async def again():
+        b = Broker(BrokerConfig(data_dir=tmp_path))
+        async with trio.open_nursery() as n:
+            await n.start(b.run_background)
+            f = await offset_fetch.handle(Ctx(b), {"group_id": "s", "topics": None}, 5)
+            assert [t["name"] for t in f["topics"]] == ["t"]
+            assert [(p["partition_index"], p["committed_offset"], p["metadata"])
+                    for p in f["topics"][0]["partitions"]] == \
+                [(0, 56, "m56"), (1, 57, "m57"), (2, 58, "m58"), (3, 59, "m59")]
+            n.cancel_scope.cancel()
+        b.close()
+
+    trio.run(again)
+
+
+def test_empty_groups_without_offsets_are_dropped(tmp_path):
+    async def main():
+        b = make_broker(tmp_path)
+        async with trio.open_nursery() as n:
+            await n.start(b.run_background)
+            req = {"group_id": "ghost", "session_timeout_ms": 6000, "rebalance_timeout_ms": 6000,
+                   "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
+                   "protocols": [{"name": "range", "metadata": b""}]}
+            r = await join_group.handle(Ctx(b), req, 5)
+            assert r["error_code"] == ErrorCode.MEMBER_ID_REQUIRED and "ghost" in b.groups.groups
+            await trio.sleep(7)          # the handed-out id expires, the group goes
+            assert "ghost" not in b.groups.groups
+            n.cancel_scope.cancel()
+        b.close()
+
+    run(main)
