@@ -6,6 +6,7 @@ broker that stops answering fails the test instead of hanging it.
 """
 from __future__ import annotations
 
+import logging
 import re
 import time
 import uuid
@@ -64,6 +65,26 @@ def consume(broker, topic, expected, *, partitions=None, timeout=30.0, **cfg):
         consumer.close()
 
 
+class ErrorLog(logging.Handler):
+    """Collects ERROR records of the kafka-python loggers while attached."""
+
+    def __init__(self):
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+        self.logger = logging.getLogger("kafka")
+        self.old_level = self.logger.level
+        self.logger.setLevel(min(self.old_level or logging.ERROR, logging.ERROR))
+        self.logger.addHandler(self)
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+    def close(self):
+        self.logger.removeHandler(self)
+        self.logger.setLevel(self.old_level)
+        super().close()
+
+
 # --------------------------------------------------------------------------- producer
 
 
@@ -100,6 +121,7 @@ def test_default_producer_is_idempotent(broker, request):
 def test_acks(broker, request, acks):
     topic = unique_topic(request)
     create_topic(broker, topic)
+    errors = ErrorLog()
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks=acks, linger_ms=2)
     try:
         futures = [producer.send(topic, value=b"acks-%d" % i) for i in range(300)]
@@ -115,6 +137,11 @@ def test_acks(broker, request, acks):
             assert [m.offset for m in metas] == list(range(300))
     finally:
         producer.close(timeout=10)
+    # A response to an acks=0 produce arrives with no in-flight request and makes the client
+    # drop the connection ("Received response with no in-flight-requests!").
+    errors.close()
+    lost = [m for m in errors.messages if "Connection lost" in m]
+    assert lost == [], lost
     records = consume(broker, topic, 300)
     assert [r.value for r in records] == [b"acks-%d" % i for i in range(300)]
     assert [r.offset for r in records] == list(range(300))
@@ -154,6 +181,51 @@ def test_compression(broker, request, codec):
         assert got and got[0].offset == 1234 and got[0].value == values[1234]
     finally:
         consumer.close()
+
+
+def test_log_append_time_topic(broker, request):
+    topic = unique_topic(request)
+    create_topic(broker, topic, configs={"message.timestamp.type": "LogAppendTime"})
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
+    before = int(time.time() * 1000)
+    try:
+        futures = [producer.send(topic, value=b"lat-%d" % i, timestamp_ms=1_000_000 + i)
+                   for i in range(20)]
+        producer.flush(timeout=30)
+        metas = [f.get(timeout=30) for f in futures]
+    finally:
+        producer.close(timeout=10)
+    after = int(time.time() * 1000)
+    # The Produce response carries log_append_time_ms; the client reports it as the timestamp.
+    assert all(before - 1000 <= m.timestamp <= after + 1000 for m in metas), \
+        [m.timestamp for m in metas]
+    records = consume(broker, topic, 20)
+    assert all(r.timestamp_type == 1 for r in records)  # 1 = LogAppendTime
+    assert all(before - 1000 <= r.timestamp <= after + 1000 for r in records)
+    assert [r.value for r in records] == [b"lat-%d" % i for i in range(20)]
+
+
+def test_message_too_large(broker, request):
+    from kafka.errors import MessageSizeTooLargeError
+
+    topic = unique_topic(request)
+    create_topic(broker, topic, configs={"max.message.bytes": "2000"})
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    try:
+        big = producer.send(topic, value=b"x" * 5000)
+        with pytest.raises(MessageSizeTooLargeError):
+            big.get(timeout=30)
+    finally:
+        producer.close(timeout=10)
+    # kafka-python 3's idempotent producer treats a rejected batch as fatal (every later send
+    # fails locally with the same error), so a second producer checks the log is unharmed.
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    try:
+        small = producer.send(topic, value=b"small").get(timeout=30)
+        assert small.offset == 0
+    finally:
+        producer.close(timeout=10)
+    assert [r.value for r in consume(broker, topic, 1)] == [b"small"]
 
 
 # --------------------------------------------------------------------------- consumer
