@@ -35,5 +35,9 @@ async def handle(ctx, request: dict, version: int) -> dict:
                 registry.delete(topic.name)
             except TopicError as e:
                 out["error_code"], out["error_message"] = e.code, str(e)
+            else:
+                # Kafka drops a deleted topic's committed offsets too; a topic re-created
+                # under the same name must not resume from the old one's offsets.
+                await ctx.broker.groups.forget_topic(topic.name)
         responses.append(out)
     return {"throttle_time_ms": 0, "responses": responses}

@@ -77,7 +77,7 @@ def _read_all(broker, reads: list[_PartitionRead], max_bytes: int) -> int:
         if total and limit <= 0:
             continue
         try:
-            r.result = p.log.read(fetch_offset, max(limit, 1), upper_offset=hw)
+            r.result = p.log.read(fetch_offset, max(limit, 1), upper_offset=hw, min_one_batch=not total)
         except OffsetOutOfRange:
             r.error = ErrorCode.OFFSET_OUT_OF_RANGE
             continue

@@ -11,94 +11,16 @@ import struct
 import time
 
 import pytest
-from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from protocol.errors import ErrorCode
 from protocol.framing import encode_request
 from protocol.messages import ApiKey, api
 
-CLIENT = "bad-input-test"
-
-
-class RawClient:
-    def __init__(self, bootstrap: str):
-        host, port = bootstrap.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=10)
-        self.correlation = 0
-
-    def send_raw(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def recv_frame(self) -> bytes | None:
-        head = self._recv_exact(4)
-        if head is None:
-            return None
-        (size,) = struct.unpack(">i", head)
-        return self._recv_exact(size)
-
-    def _recv_exact(self, n: int) -> bytes | None:
-        buf = bytearray()
-        while len(buf) < n:
-            try:
-                chunk = self.sock.recv(n - len(buf))
-            except ConnectionResetError:
-                return None
-            if not chunk:
-                return None
-            buf += chunk
-        return bytes(buf)
-
-    def request(self, key: int, version: int, body: dict) -> dict:
-        self.correlation += 1
-        self.send_raw(encode_request(key, version, self.correlation, CLIENT, body))
-        frame = self.recv_frame()
-        assert frame is not None, "connection closed"
-        (corr,) = struct.unpack_from(">i", frame)
-        assert corr == self.correlation
-        a = api(key)
-        offset = 4 + (1 if a.response_header_version(version) >= 1 else 0)
-        return a.response.decode(frame[offset:], version)
-
-    def closed_by_peer(self, timeout: float = 5.0) -> bool:
-        self.sock.settimeout(timeout)
-        try:
-            return self.sock.recv(1) == b""
-        except ConnectionResetError:
-            return True
-        except socket.timeout:
-            return False
-
-    def close(self):
-        self.sock.close()
-
-
-def _batch(values, timestamp=1_700_000_000_000) -> bytearray:
-    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
-                                  producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
-    for i, v in enumerate(values):
-        b.append(i, timestamp=timestamp + i, key=None, value=v, headers=[])
-    return bytearray(b.build())
-
-
-def _produce(client: RawClient, topic: str, records: bytes, acks: int = 1, version: int = 9) -> dict:
-    resp = client.request(ApiKey.PRODUCE, version, {
-        "acks": acks, "timeout_ms": 5000,
-        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": bytes(records)}]}]})
-    return resp["responses"][0]["partition_responses"][0]
-
-
-def _create(client: RawClient, topic: str, configs: dict | None = None) -> None:
-    r = client.request(ApiKey.CREATE_TOPICS, 5, {"topics": [{
-        "name": topic, "num_partitions": 1, "replication_factor": 1,
-        "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}], "timeout_ms": 5000})
-    assert r["topics"][0]["error_code"] == 0, r
-
-
-def _end_offset(client: RawClient, topic: str) -> int:
-    r = client.request(ApiKey.LIST_OFFSETS, 7, {"replica_id": -1, "topics": [
-        {"name": topic, "partitions": [{"partition_index": 0, "timestamp": -1}]}]})
-    return r["topics"][0]["partitions"][0]["offset"]
-
+from .rawclient import CLIENT, RawClient
+from .rawclient import create_topic as _create
+from .rawclient import end_offset as _end_offset
+from .rawclient import make_batch as _batch
+from .rawclient import produce as _produce
 
 def _assert_alive(broker) -> None:
     c = RawClient(broker.bootstrap)

@@ -1,0 +1,229 @@
+"""Produce/Fetch semantics checked at the byte level against a real broker process:
+idempotent producers (duplicates, gaps, fencing, restart), Fetch limits and long
+polling, LogAppendTime, DeleteRecords and the flush policies."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from protocol.errors import ErrorCode
+from protocol.messages import ApiKey
+from protocol.records import BatchHeader, iter_records
+
+from .rawclient import RawClient, create_topic, end_offset, make_batch, produce
+
+
+@pytest.fixture
+def client(broker):
+    c = RawClient(broker.bootstrap)
+    yield c
+    c.close()
+
+
+def _init_pid(client) -> tuple[int, int]:
+    r = client.request(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": None, "transaction_timeout_ms": 60000,
+                                                    "producer_id": -1, "producer_epoch": -1})
+    assert r["error_code"] == 0
+    return r["producer_id"], r["producer_epoch"]
+
+
+def _fetch(client, topic, offset, partition_max=1 << 20, max_bytes=1 << 30, max_wait=0, min_bytes=0, version=12):
+    r = client.request(ApiKey.FETCH, version, {
+        "replica_id": -1, "max_wait_ms": max_wait, "min_bytes": min_bytes, "max_bytes": max_bytes,
+        "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+        "topics": [{"topic": topic, "partitions": [
+            {"partition": 0, "fetch_offset": offset, "partition_max_bytes": partition_max,
+             "current_leader_epoch": -1, "log_start_offset": -1}]}]})
+    return r["responses"][0]["partitions"][0]
+
+
+def _batches(records: bytes) -> list[BatchHeader]:
+    out, pos = [], 0
+    while pos < len(records):
+        h = BatchHeader.parse(records, pos)
+        out.append(h)
+        pos += h.total_size
+    return out
+
+
+def test_idempotent_retry_of_last_five_is_answered_with_original_offsets(broker, client):
+    create_topic(client, "idem")
+    pid, epoch = _init_pid(client)
+    batches = [make_batch([b"m%d" % i, b"n%d" % i], producer_id=pid, producer_epoch=epoch, base_sequence=2 * i)
+               for i in range(7)]
+    offsets = [produce(client, "idem", b, acks=-1)["base_offset"] for b in batches]
+    assert offsets == [0, 2, 4, 6, 8, 10, 12]
+    for i in range(2, 7):  # the last five: duplicates, same offsets, nothing appended
+        r = produce(client, "idem", batches[i], acks=-1)
+        assert (r["error_code"], r["base_offset"]) == (0, offsets[i])
+    assert end_offset(client, "idem") == 14
+    # An older batch than the cached five is out of order, not silently re-appended.
+    assert produce(client, "idem", batches[0], acks=-1)["error_code"] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert end_offset(client, "idem") == 14
+
+
+def test_sequence_gap_is_out_of_order(broker, client):
+    create_topic(client, "gap")
+    pid, epoch = _init_pid(client)
+    assert produce(client, "gap", make_batch([b"a"], producer_id=pid, producer_epoch=epoch, base_sequence=0))["error_code"] == 0
+    r = produce(client, "gap", make_batch([b"c"], producer_id=pid, producer_epoch=epoch, base_sequence=2))
+    assert r["error_code"] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert produce(client, "gap", make_batch([b"b"], producer_id=pid, producer_epoch=epoch, base_sequence=1))["error_code"] == 0
+    assert end_offset(client, "gap") == 2
+
+
+def test_older_epoch_is_fenced(broker, client):
+    create_topic(client, "fence")
+    pid, _ = _init_pid(client)
+    assert produce(client, "fence", make_batch([b"a"], producer_id=pid, producer_epoch=3, base_sequence=0))["error_code"] == 0
+    r = produce(client, "fence", make_batch([b"b"], producer_id=pid, producer_epoch=2, base_sequence=1))
+    assert r["error_code"] == ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+def test_producer_state_survives_restart(broker_factory, tmp_path):
+    b = broker_factory("restart")
+    c = RawClient(b.bootstrap)
+    create_topic(c, "state")
+    pid, epoch = _init_pid(c)
+    sent = [make_batch([b"x%d" % i], producer_id=pid, producer_epoch=epoch, base_sequence=i) for i in range(3)]
+    for s in sent:
+        produce(c, "state", s, acks=-1)
+    c.close()
+    b.kill9()
+    b2 = broker_factory("restart")
+    c = RawClient(b2.bootstrap)
+    r = produce(c, "state", sent[2], acks=-1)  # a retry arriving after the restart
+    assert (r["error_code"], r["base_offset"]) == (0, 2)
+    r = produce(c, "state", make_batch([b"y"], producer_id=pid, producer_epoch=epoch, base_sequence=5))
+    assert r["error_code"] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    # New producer ids never repeat one handed out before the restart.
+    assert _init_pid(c)[0] > pid
+    assert end_offset(c, "state") == 3
+    c.close()
+
+
+def test_transactional_requests_get_a_clear_error(broker, client):
+    r = client.request(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": "tx-1", "transaction_timeout_ms": 60000,
+                                                    "producer_id": -1, "producer_epoch": -1})
+    assert r["error_code"] == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    r = client.request(ApiKey.FIND_COORDINATOR, 3, {"key": "tx-1", "key_type": 1})
+    assert r["error_code"] == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+def test_fetch_returns_whole_batches_from_the_one_holding_the_offset(broker, client):
+    create_topic(client, "whole")
+    for i in range(5):
+        produce(client, "whole", make_batch([b"%d-%d" % (i, j) for j in range(10)]))
+    p = _fetch(client, "whole", 23)
+    heads = _batches(p["records"])
+    assert heads[0].base_offset == 20 and heads[-1].last_offset == 49
+    assert p["high_watermark"] == 50 and p["log_start_offset"] == 0
+
+
+def test_fetch_first_batch_whole_even_over_limits(broker, client):
+    create_topic(client, "limits")
+    big = make_batch([b"x" * 5000])
+    small = make_batch([b"y" * 100])
+    produce(client, "limits", big)
+    produce(client, "limits", small)
+    p = _fetch(client, "limits", 0, partition_max=100, max_bytes=100)
+    heads = _batches(p["records"])
+    assert len(heads) == 1 and heads[0].total_size == len(big)   # whole, despite the 100-byte limits
+    p = _fetch(client, "limits", 0, partition_max=len(big) + len(small))
+    assert len(_batches(p["records"])) == 2
+
+
+def test_fetch_response_limit_across_partitions(broker, client):
+    r = client.request(ApiKey.CREATE_TOPICS, 5, {"topics": [{"name": "multi", "num_partitions": 2,
+                                                             "replication_factor": 1}], "timeout_ms": 5000})
+    assert r["topics"][0]["error_code"] == 0
+    for part in (0, 1):
+        client.request(ApiKey.PRODUCE, 9, {"acks": 1, "timeout_ms": 5000, "topic_data": [{"name": "multi", "partition_data": [
+            {"index": part, "records": bytes(make_batch([b"z" * 3000]))}]}]})
+    r = client.request(ApiKey.FETCH, 12, {
+        "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 3500, "session_id": 0, "session_epoch": -1,
+        "topics": [{"topic": "multi", "partitions": [
+            {"partition": i, "fetch_offset": 0, "partition_max_bytes": 1 << 20} for i in (1, 0)]}]})
+    parts = r["responses"][0]["partitions"]
+    # Exactly the requested partitions, in the requested order; the second is over budget.
+    assert [p["partition_index"] for p in parts] == [1, 0]
+    assert len(parts[0]["records"]) > 3000 and len(parts[1]["records"]) == 0
+
+
+def test_long_poll_wakes_on_append(broker, client):
+    create_topic(client, "poll")
+    producer = RawClient(broker.bootstrap)
+    timer = threading.Timer(0.5, lambda: produce(producer, "poll", make_batch([b"wake"])))
+    started = time.monotonic()
+    timer.start()
+    p = _fetch(client, "poll", 0, max_wait=20000, min_bytes=1)
+    waited = time.monotonic() - started
+    timer.join()
+    producer.close()
+    assert [r.value for r in iter_records(bytes(p["records"]))] == [b"wake"]
+    assert waited < 15  # woken by the append, not by the 20 s max_wait
+
+
+def test_long_poll_times_out_empty(broker, client):
+    create_topic(client, "idle")
+    p = _fetch(client, "idle", 0, max_wait=300, min_bytes=1)
+    assert p["error_code"] == 0 and len(p["records"]) == 0
+
+
+def test_log_append_time_topic_rewrites_timestamps(broker, client):
+    create_topic(client, "lat", {"message.timestamp.type": "LogAppendTime"})
+    before = int(time.time() * 1000)
+    r = produce(client, "lat", make_batch([b"a", b"b"], timestamp=1000))
+    assert r["error_code"] == 0 and r["log_append_time_ms"] >= before
+    p = _fetch(client, "lat", 0)
+    head = _batches(p["records"])[0]
+    assert head.timestamp_type == 1 and head.max_timestamp == r["log_append_time_ms"]
+    assert all(rec.timestamp == r["log_append_time_ms"] for rec in iter_records(bytes(p["records"])))
+
+
+def test_delete_records_advances_log_start_offset(broker, client):
+    create_topic(client, "dr")
+    for i in range(4):
+        produce(client, "dr", make_batch([b"%d" % i]))
+    r = client.request(ApiKey.DELETE_RECORDS, 2, {"topics": [{"name": "dr", "partitions": [
+        {"partition_index": 0, "offset": 2}]}], "timeout_ms": 5000})
+    assert r["topics"][0]["partitions"][0] == {"partition_index": 0, "low_watermark": 2, "error_code": 0}
+    assert _fetch(client, "dr", 1)["error_code"] == ErrorCode.OFFSET_OUT_OF_RANGE
+    p = _fetch(client, "dr", 2)
+    assert p["log_start_offset"] == 2
+    assert [rec.offset for rec in iter_records(bytes(p["records"]))][0] <= 2
+    lo = client.request(ApiKey.LIST_OFFSETS, 7, {"replica_id": -1, "topics": [
+        {"name": "dr", "partitions": [{"partition_index": 0, "timestamp": -2}]}]})
+    assert lo["topics"][0]["partitions"][0]["offset"] == 2
+
+
+@pytest.mark.parametrize("policy", ["always", "interval"])
+def test_flush_policies_acknowledge_and_keep_data(broker_factory, policy):
+    b = broker_factory(f"flush-{policy}", extra_args=["--flush", policy, "--flush-interval-ms", "50"])
+    clients = [RawClient(b.bootstrap) for _ in range(4)]
+    create_topic(clients[0], "durable")
+    # Several connections producing at once: with `always` they share group commits.
+    errors = []
+
+    def work(c, n):
+        for i in range(n):
+            r = produce(c, "durable", make_batch([b"v%d" % i]), acks=-1)
+            if r["error_code"]:
+                errors.append(r)
+
+    threads = [threading.Thread(target=work, args=(c, 25)) for c in clients]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert end_offset(clients[0], "durable") == 100
+    for c in clients:
+        c.close()
+    b.kill9()
+    b2 = broker_factory(f"flush-{policy}", extra_args=["--flush", policy])
+    c = RawClient(b2.bootstrap)
+    assert end_offset(c, "durable") == 100
+    c.close()
