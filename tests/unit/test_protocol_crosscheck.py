@@ -41,9 +41,10 @@ kafka-python quirks found and worked around (none of them change bytes on the wi
    ignores every schema's minimum version (ApiMessageData forces it to 0), so it encodes
    and decodes v0-v2 with the v3 field layout minus the fields whose ``versions`` start
    later -- the same widening canopy's messages._WIDENED does. Cross-checked below like
-   any other version and byte-identical; because both sides widen the same way, v0-v8 are
-   also checked against kafka-python's older hand-written layouts
-   (kafka.protocol.old.produce), which agree byte for byte.
+   any other version and byte-identical; because both sides widen the same way, every
+   non-flexible version kafka-python still has a hand-written (pre-JSON) layout for --
+   Produce v0-v8 included, 174 (API, version, direction) triples -- is also checked
+   against kafka.protocol.old, a third independent oracle; they agree byte for byte.
 6. MetadataRequest v0: kafka-python rewrites topics=None to [] before encoding v0; v0
    topics are not nullable, so the generated dicts never hold None there.
 7. Defaults (test_defaults_match_kafka_python): kafka-python defaults ``records`` fields
@@ -288,39 +289,101 @@ def test_defaults_match_kafka_python(case):
 
 # --------------------------------------------------------------------------- Produce v0-v2
 
-def _as_tuples(fields_json, version, value: dict) -> tuple:
+def _as_old(fields_json, version, value: dict, old_schema) -> tuple:
     """canopy dict -> the nested tuples kafka-python's hand-written (pre-JSON) Structs use,
-    in schema field order (non-flexible versions only: no tagged fields)."""
-    out = []
-    for name, fj, tagged in iter_fields(fields_json, version, False):
+    walking canopy's schema JSON and the old Schema side by side (non-flexible versions
+    only, so no tagged fields). Representational differences of the old layouts, all
+    byte-identical on the wire:
+
+    * a struct array whose element struct has a single field is written there as an
+      array of that field's values (MetadataRequest topics as []string,
+      CreatePartitionsRequest assignments as [][]int32);
+    * consecutive fields may be grouped into an inline Schema, which has no length prefix
+      (CreatePartitionsRequest v0-v1 ``new_partitions`` = count + assignments);
+    * authorized_operations is the old BitField type: a set of bit numbers, None for
+      INT32_MIN (the JSON classes' quirk 2 again).
+    """
+    present = list(iter_fields(fields_json, version, False))
+    return _as_old_fields(present, value, old_schema, version)
+
+
+def _as_old_fields(present, value, old_schema, version) -> tuple:
+    import kafka.protocol.old.types as T
+
+    out, i = [], 0
+    for ot in old_schema.fields:
+        name, fj, _ = present[i]
         v = value[name]
-        if "fields" in fj and v is not None:
-            v = ([_as_tuples(fj["fields"], version, e) for e in v] if fj["type"].startswith("[]")
-                 else _as_tuples(fj["fields"], version, v))
+        if isinstance(ot, T.Schema) and "fields" not in fj:  # an inline group of fields
+            n = len(ot.fields)
+            out.append(_as_old_fields(present[i:i + n], value, ot, version))
+            i += n
+            continue
+        i += 1
+        if v is not None and "fields" in fj:
+            if fj["type"].startswith("[]"):
+                el = ot.array_of
+                if isinstance(el, T.Schema):
+                    v = [_as_old(fj["fields"], version, e, el) for e in v]
+                else:  # flattened single-field struct
+                    (inner,) = list(iter_fields(fj["fields"], version, False))
+                    v = [e[inner[0]] for e in v]
+            else:
+                v = _as_old(fj["fields"], version, v, ot)
+        elif ot is T.BitField:
+            bits = T.BitField.from_32_bit_field(v & 0xFFFFFFFF)
+            v = None if bits == {31} else bits
         out.append(v)
+    assert i == len(present), (present, old_schema.names)
     return tuple(out)
 
 
-PRODUCE_OLD_VERSIONS = range(0, 9)  # every non-flexible Produce version
+def _handwritten_classes() -> dict[tuple[str, int], type]:
+    import importlib
+    import pkgutil
+    import re
+
+    import kafka.protocol.old as old
+    out = {}
+    for info in pkgutil.iter_modules(old.__path__):
+        mod = importlib.import_module(f"kafka.protocol.old.{info.name}")
+        for name, obj in vars(mod).items():
+            m = re.fullmatch(r"(\w+(?:Request|Response))_v(\d+)", name)
+            if m and inspect.isclass(obj) and hasattr(obj, "SCHEMA"):
+                out[(m.group(1), int(m.group(2)))] = obj
+    return out
 
 
-@pytest.mark.parametrize("kind", ["request", "response"])
-@pytest.mark.parametrize("version", PRODUCE_OLD_VERSIONS)
-def test_produce_matches_kafka_python_handwritten_layouts(version, kind):
-    """Produce v0-v2 are outside Kafka 4's JSON (validVersions 3-13); canopy widens the v3
-    schema down to v0 (messages._WIDENED), and so does kafka-python's JSON classes (quirk 5)
-    -- so the JSON cross-check above cannot catch a wrong widening. kafka-python also ships
-    its older hand-written Produce layouts (kafka.protocol.old.produce, transcribed from the
-    protocol guide), an independent oracle for exactly these versions: same bytes both ways."""
-    import kafka.protocol.old.produce as old
-    schema = api(0).request if kind == "request" else api(0).response
-    old_cls = getattr(old, f"Produce{kind.capitalize()}_v{version}")
+HANDWRITTEN = _handwritten_classes()
+# Every non-flexible (API, version, direction) kafka-python also has a hand-written layout
+# for (flexible ones would need its old TaggedFields handling; the JSON cross-check covers
+# them).
+HANDWRITTEN_CASES = [c for c in CASES if not schema_for(c[0], c[2]).is_flexible(c[1])
+                     and (schema_for(c[0], c[2]).name, c[1]) in HANDWRITTEN]
+
+
+def test_handwritten_cover_produce_v0_to_v2():
+    assert {(v, kind) for k, v, kind in HANDWRITTEN_CASES if k == 0} >= {
+        (v, kind) for v in (0, 1, 2) for kind in ("request", "response")}
+
+
+@pytest.mark.parametrize("case", HANDWRITTEN_CASES, ids=case_id)
+def test_matches_kafka_python_handwritten_layouts(case):
+    """A third, independent oracle. The JSON cross-check above shares its input with
+    canopy, so a version both sides read the same wrong way would pass it -- notably
+    Produce v0-v2, outside Kafka 4's JSON (validVersions 3-13), which canopy and
+    kafka-python both widen from the v3 schema (quirk 5). kafka-python also ships its
+    older hand-written layouts (kafka.protocol.old, transcribed from the protocol guide
+    before it moved to the JSON): same bytes both ways."""
+    key, version, kind = case
+    schema = schema_for(key, kind)
+    old_cls = HANDWRITTEN[(schema.name, version)]
 
     @settings(max_examples=EXAMPLES, **SETTINGS)
     @given(message_strategy(schema, version))
     def check(msg):
         ours = schema.encode(msg, version)
-        expected = _as_tuples(schema.json["fields"], version, msg)
+        expected = _as_old(schema.json["fields"], version, msg, old_cls.SCHEMA)
         assert old_cls.SCHEMA.encode(expected) == ours
         assert tuple(old_cls.SCHEMA.decode(BytesIO(ours))) == expected
 
