@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import ROOT, require_tool
+from tests.e2e.conftest import ROOT, BrokerProcess, require_tool
 
 JARS = Path(os.environ.get("CANOPY_JARS", ROOT / ".cache" / "jars"))
 SOURCE = ROOT / "tests" / "java" / "SparkLikeClient.java"
@@ -139,6 +139,19 @@ def offsets_of(res: Result) -> dict[int, int]:
     return out
 
 
+def offsets_by_spec(res: Result) -> dict[str, dict[int, int]]:
+    """list-offsets with comma-separated specs: `spec=<s>` then `<partition>=<offset>` lines."""
+    out: dict[str, dict[int, int]] = {}
+    cur: dict[int, int] = {}
+    for l in res.lines():
+        if l.startswith("spec="):
+            cur = out.setdefault(l[5:], {})
+        else:
+            p, o = l.split("=")
+            cur[int(p)] = int(o)
+    return out
+
+
 def new_topic(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
@@ -149,8 +162,7 @@ class Produced:
     ts_base: int
 
 
-@pytest.fixture
-def produced(java, broker) -> Produced:
+def produce_n(java, broker) -> Produced:
     """N records into partition 0 of an auto-created topic, by the Java producer with
     Spark's sink config (idempotent, acks=all), CreateTime = ts_base + i * TS_STEP."""
     topic = new_topic("spark")
@@ -164,10 +176,40 @@ def produced(java, broker) -> Produced:
     return Produced(topic, ts_base)
 
 
+@pytest.fixture(scope="session")
+def shared(java, tmp_path_factory):
+    """One broker per client version holding produce_n's topic, for the tests that only
+    read it (a JVM per step costs ~1 s; producing again for each of them would triple the
+    run time). Tests that write use the per-test `broker` fixture."""
+    b = BrokerProcess(tmp_path_factory.mktemp(f"shared-{java.version}") / "data").start()
+    try:
+        yield b, produce_n(java, b)
+    finally:
+        b.stop()
+
+
+@pytest.fixture
+def broker_ro(shared):
+    return shared[0]
+
+
+@pytest.fixture
+def produced(shared) -> Produced:
+    return shared[1]
+
+
+# ---------------------------------------------------------------- the sink
+
+def test_java_producer_sink(java, broker):
+    # KafkaWriteTask with default producer config: InitProducerId, then idempotent
+    # acks=all Produce; every record acknowledged, offsets 0..N-1 in send order.
+    produce_n(java, broker)
+
+
 # ---------------------------------------------------------------- the driver's view (Admin)
 
-def test_admin_describe_topics(java, broker, produced):
-    res = java.run("admin-describe", broker.bootstrap, produced.topic, broker=broker)
+def test_admin_describe_topics(java, broker_ro, produced):
+    res = java.run("admin-describe", broker_ro.bootstrap, produced.topic, broker=broker_ro)
     kv = res.kv_lines()
     assert kv[0]["topic"] == produced.topic
     n_parts = int(kv[0]["partitions"])
@@ -178,22 +220,21 @@ def test_admin_describe_topics(java, broker, produced):
         assert "0" in d["replicas"].split(",") and "0" in d["isr"].split(","), res.stdout
 
 
-def test_list_offsets_earliest_latest(java, broker, produced):
-    earliest = offsets_of(java.run("list-offsets", broker.bootstrap, produced.topic, "earliest",
-                                   broker=broker))
-    latest = offsets_of(java.run("list-offsets", broker.bootstrap, produced.topic, "latest",
-                                 broker=broker))
+def test_list_offsets_earliest_latest(java, broker_ro, produced):
+    got = offsets_by_spec(java.run("list-offsets", broker_ro.bootstrap, produced.topic,
+                                   "earliest,latest", broker=broker_ro))
+    earliest, latest = got["earliest"], got["latest"]
     assert earliest[0] == 0 and latest[0] == N
     # Every other auto-created partition is empty: earliest == latest == 0.
     assert set(earliest) == set(latest)
     assert all(earliest[p] == 0 and latest[p] == 0 for p in earliest if p != 0)
 
 
-def test_list_offsets_read_committed_latest(java, broker, produced):
+def test_list_offsets_read_committed_latest(java, broker_ro, produced):
     # ListOffsetsOptions(READ_COMMITTED) (kafka.isolation.level=read_committed): with no
     # transactions the last stable offset is the high watermark.
-    latest = offsets_of(java.run("list-offsets", broker.bootstrap, produced.topic, "latest",
-                                 "--read-committed", broker=broker))
+    latest = offsets_of(java.run("list-offsets", broker_ro.bootstrap, produced.topic, "latest",
+                                 "--read-committed", broker=broker_ro))
     assert latest[0] == N
 
 
@@ -205,21 +246,21 @@ def test_list_offsets_read_committed_latest(java, broker, produced):
     ("after the last record", lambda b: b + (N - 1) * TS_STEP + 1, -1),
     ("far in the future", lambda b: b + 10 * 365 * 86_400_000, -1),
 ])
-def test_list_offsets_for_timestamp(java, broker, produced, what, ts_of, expected):
+def test_list_offsets_for_timestamp(java, broker_ro, produced, what, ts_of, expected):
     # fetchSpecificTimestampBasedOffsets: first offset whose timestamp >= ts; -1 (no error)
     # when there is none — Spark's startingOffsetsByTimestampStrategy relies on it.
     ts = ts_of(produced.ts_base)
-    res = java.run("list-offsets", broker.bootstrap, produced.topic, ts, broker=broker)
+    res = java.run("list-offsets", broker_ro.bootstrap, produced.topic, ts, broker=broker_ro)
     got = offsets_of(res)
     assert got[0] == expected, f"forTimestamp({ts}) {what}: {_no_slf4j(res.stderr)}"
 
 
 # ---------------------------------------------------------------- the executors' view
 
-def test_consume_range_exact(java, broker, produced):
+def test_consume_range_exact(java, broker_ro, produced):
     lo, hi = 100, 4000
-    res = java.run("consume-range", broker.bootstrap, produced.topic, 0, lo, hi, "--print",
-                   broker=broker)
+    res = java.run("consume-range", broker_ro.bootstrap, produced.topic, 0, lo, hi, "--print",
+                   broker=broker_ro)
     recs = parse_records(res)
     assert [r[0] for r in recs] == list(range(lo, hi))
     for off, ts, k, v, nh in recs:
@@ -231,18 +272,18 @@ def test_consume_range_exact(java, broker, produced):
                        "crc": record_crc((i, key(i), value(i)) for i in range(lo, hi))}
 
 
-def test_consume_range_tail_and_single(java, broker, produced):
+def test_consume_range_tail_and_single(java, broker_ro, produced):
     # A task whose range ends at the high watermark, and a one-record task.
     for lo, hi in [(N - 7, N), (4321, 4322), (0, 1)]:
-        res = java.run("consume-range", broker.bootstrap, produced.topic, 0, lo, hi, broker=broker)
+        res = java.run("consume-range", broker_ro.bootstrap, produced.topic, 0, lo, hi, broker=broker_ro)
         assert res.kv_lines()[-1] == {
             "count": str(hi - lo), "first": str(lo), "last": str(hi - 1),
             "crc": record_crc((i, key(i), value(i)) for i in range(lo, hi))}, (lo, hi)
 
 
-def test_consumer_available_offset_range(java, broker, produced):
+def test_consumer_available_offset_range(java, broker_ro, produced):
     # InternalKafkaConsumer.getAvailableOffsetRange: seekToBeginning/seekToEnd + position.
-    res = java.run("offset-range", broker.bootstrap, produced.topic, 0, broker=broker)
+    res = java.run("offset-range", broker_ro.bootstrap, produced.topic, 0, broker=broker_ro)
     assert res.kv_lines()[-1] == {"earliest": "0", "latest": str(N)}
 
 
@@ -284,14 +325,39 @@ def test_producer_clock_timestamps(java, broker):
                                   broker=broker))
     assert [r[0] for r in recs] == list(range(n))
     stamps = [r[1] for r in recs]
-    probes = sorted({stamps[0], stamps[n // 3], stamps[n // 2] + 1, stamps[-1]})
-    for ts in probes:
-        expected = next((off for off, t in enumerate(stamps) if t >= ts), -1)
-        got = offsets_of(java.run("list-offsets", broker.bootstrap, topic, ts, broker=broker))
-        assert got[0] == expected, f"forTimestamp({ts})"
-    got = offsets_of(java.run("list-offsets", broker.bootstrap, topic, max(stamps) + 1,
-                              broker=broker))
-    assert got[0] == -1
+    probes = sorted({stamps[0], stamps[n // 3], stamps[n // 2] + 1, stamps[-1], max(stamps) + 1})
+    res = java.run("list-offsets", broker.bootstrap, topic,
+                   ",".join(map(str, probes)) + ",max-timestamp", broker=broker)
+    by_spec = offsets_by_spec(res)
+    # OffsetSpec.maxTimestamp (ListOffsets -3, not used by Spark): the first record carrying
+    # the largest timestamp, as Kafka's RecordBatch.offsetOfMaxTimestamp picks it.
+    assert by_spec.pop("max-timestamp")[0] == stamps.index(max(stamps))
+    got = {int(ts): offs[0] for ts, offs in by_spec.items()}
+    expected = {ts: next((off for off, t in enumerate(stamps) if t >= ts), -1) for ts in probes}
+    assert got == expected, _no_slf4j(res.stderr)
+    assert got[max(stamps) + 1] == -1
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compressed_sink_and_timestamp_lookup(java, broker, codec):
+    # kafka.compression.type on Spark's sink. Batches are stored opaque, but forTimestamp
+    # must find the exact record inside a compressed batch (the broker decompresses there).
+    topic, n = new_topic(f"spark-{codec}"), 2000
+    ts_base = (int(time.time() * 1000) - 3_600_000) // 1000 * 1000
+    res = java.run("produce", broker.bootstrap, topic, n, "--partition", 0, "--ts-base", ts_base,
+                   "--ts-step", TS_STEP, "--prop", f"compression.type={codec}",
+                   "--prop", "linger.ms=20", broker=broker)
+    assert res.kv_lines()[0] == {"acked": str(n)}
+    between, exact = ts_base + 1500 * TS_STEP + 1, ts_base + 1234 * TS_STEP
+    got = offsets_by_spec(java.run("list-offsets", broker.bootstrap, topic,
+                                   f"earliest,latest,{between},{exact}", broker=broker))
+    assert {k: v[0] for k, v in got.items()} == {
+        "earliest": 0, "latest": n, str(between): 1501, str(exact): 1234}
+    lo, hi = 10, n - 10  # ranges that start and end inside batches
+    res = java.run("consume-range", broker.bootstrap, topic, 0, lo, hi, broker=broker)
+    assert res.kv_lines()[-1] == {
+        "count": str(hi - lo), "first": str(lo), "last": str(hi - 1),
+        "crc": record_crc((i, key(i), value(i)) for i in range(lo, hi))}
 
 
 # ---------------------------------------------------------------- cross-client
@@ -312,11 +378,10 @@ def test_kafka_python_producer_java_consumer(java, broker):
         producer.close(timeout=10)
     assert [m.offset for m in metas] == list(range(n))
 
-    latest = offsets_of(java.run("list-offsets", broker.bootstrap, topic, "latest", broker=broker))
-    assert latest[0] == n
-    got = offsets_of(java.run("list-offsets", broker.bootstrap, topic,
-                              ts_base + 1234 * TS_STEP - 1, broker=broker))
-    assert got[0] == 1234
+    ts = ts_base + 1234 * TS_STEP - 1
+    got = offsets_by_spec(java.run("list-offsets", broker.bootstrap, topic, f"latest,{ts}",
+                                   broker=broker))
+    assert got["latest"][0] == n and got[str(ts)][0] == 1234
     lo, hi = 17, n
     res = java.run("consume-range", broker.bootstrap, topic, 0, lo, hi, "--print", broker=broker)
     recs = parse_records(res)
@@ -325,11 +390,11 @@ def test_kafka_python_producer_java_consumer(java, broker):
     assert res.kv_lines()[-1]["crc"] == record_crc((i, key(i), value(i, 50)) for i in range(lo, hi))
 
 
-def test_java_producer_kafka_python_consumer(java, broker, produced):
+def test_java_producer_kafka_python_consumer(java, broker_ro, produced):
     from kafka import KafkaConsumer, TopicPartition
 
     tp = TopicPartition(produced.topic, 0)
-    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False,
+    consumer = KafkaConsumer(bootstrap_servers=broker_ro.bootstrap, enable_auto_commit=False,
                              auto_offset_reset="none", group_id=None)
     try:
         consumer.assign([tp])

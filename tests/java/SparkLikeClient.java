@@ -17,8 +17,10 @@
 //   admin-describe <bootstrap> <topic>
 //       topic=<t> partitions=<n>
 //       partition=<p> leader=<id> replicas=<a,b> isr=<a,b>
-//   list-offsets  <bootstrap> <topic> earliest|latest|max-timestamp|<timestamp-ms> [--read-committed]
+//   list-offsets  <bootstrap> <topic> earliest|latest|max-timestamp|<timestamp-ms>[,...] [--read-committed]
 //       <p>=<offset>                   (one line per partition; -1 = no record at/after ts)
+//       with several comma-separated specs (one Admin, one listOffsets call each, as the
+//       driver does across micro-batches) each group is preceded by a line spec=<spec>
 //   offset-range  <bootstrap> <topic> <partition>
 //       earliest=<o> latest=<o>
 //   consume-range <bootstrap> <topic> <partition> <from> <until> [--print] [--timeout-ms N]
@@ -207,27 +209,32 @@ public final class SparkLikeClient {
                             Map<String, String> props) throws Exception {
         try (Admin admin = Admin.create(driverParams(bootstrap, props))) {
             TopicDescription d = describe(admin, topic).get(topic);
-            OffsetSpec offsetSpec = switch (spec) {
-                case "earliest" -> OffsetSpec.earliest();
-                case "latest" -> OffsetSpec.latest();
-                case "max-timestamp" -> OffsetSpec.maxTimestamp();
-                default -> OffsetSpec.forTimestamp(Long.parseLong(spec));
-            };
-            Map<TopicPartition, OffsetSpec> request = new LinkedHashMap<>();
-            for (TopicPartitionInfo pi : d.partitions()) {
-                request.put(new TopicPartition(topic, pi.partition()), offsetSpec);
-            }
-            ListOffsetsOptions options = new ListOffsetsOptions(
-                    readCommitted ? IsolationLevel.READ_COMMITTED : IsolationLevel.READ_UNCOMMITTED);
-            Map<TopicPartition, ListOffsetsResult.ListOffsetsResultInfo> result =
-                    admin.listOffsets(request, options).all().get();
-            List<TopicPartition> tps = new ArrayList<>(result.keySet());
-            tps.sort(Comparator.comparingInt(TopicPartition::partition));
-            for (TopicPartition tp : tps) {
-                ListOffsetsResult.ListOffsetsResultInfo info = result.get(tp);
-                System.out.println(tp.partition() + "=" + info.offset());
-                System.err.println("partition " + tp.partition() + ": offset=" + info.offset()
-                        + " timestamp=" + info.timestamp() + " leaderEpoch=" + info.leaderEpoch());
+            String[] specs = spec.split(",");
+            for (String one : specs) {
+                OffsetSpec offsetSpec = switch (one) {
+                    case "earliest" -> OffsetSpec.earliest();
+                    case "latest" -> OffsetSpec.latest();
+                    case "max-timestamp" -> OffsetSpec.maxTimestamp();
+                    default -> OffsetSpec.forTimestamp(Long.parseLong(one));
+                };
+                Map<TopicPartition, OffsetSpec> request = new LinkedHashMap<>();
+                for (TopicPartitionInfo pi : d.partitions()) {
+                    request.put(new TopicPartition(topic, pi.partition()), offsetSpec);
+                }
+                ListOffsetsOptions options = new ListOffsetsOptions(
+                        readCommitted ? IsolationLevel.READ_COMMITTED : IsolationLevel.READ_UNCOMMITTED);
+                Map<TopicPartition, ListOffsetsResult.ListOffsetsResultInfo> result =
+                        admin.listOffsets(request, options).all().get();
+                List<TopicPartition> tps = new ArrayList<>(result.keySet());
+                tps.sort(Comparator.comparingInt(TopicPartition::partition));
+                if (specs.length > 1) System.out.println("spec=" + one);
+                for (TopicPartition tp : tps) {
+                    ListOffsetsResult.ListOffsetsResultInfo info = result.get(tp);
+                    System.out.println(tp.partition() + "=" + info.offset());
+                    System.err.println("spec " + one + " partition " + tp.partition() + ": offset="
+                            + info.offset() + " timestamp=" + info.timestamp()
+                            + " leaderEpoch=" + info.leaderEpoch());
+                }
             }
         }
     }
