@@ -238,3 +238,19 @@ def test_encode_external_splices_to_the_same_bytes(version):
 def uuid_for(version):
     import uuid
     return uuid.UUID(int=7) if version >= 13 else uuid.UUID(int=0)
+
+
+@pytest.mark.parametrize("key,version,body", [
+    (12, 0, {"generation_id": 2**31}),                       # int32 overflow
+    (12, 0, {"generation_id": "1"}),                         # wrong type
+    (3, 0, {"topics": None}),                                # null, not nullable in v0
+    (3, 4, {"topics": [{"name": 7}]}),                       # string field given an int
+    (3, 12, {"topics": [{"name": "t", "topic_id": "x"}]}),   # uuid given a str
+    (3, 12, {"topics": ["t"]}),                              # struct given a str
+    (0, 9, {"topic_data": [{"name": "t", "partition_data": [{"records": "text"}]}]}),
+    (19, 7, {"topics": [{"name": "\ud800"}]}),               # lone surrogate: not UTF-8
+    (3, 4, {"topics": [{"name": "x" * 40000}]}),             # longer than int16 allows
+], ids=lambda x: repr(x)[:40])
+def test_bad_values_raise_schema_error_on_encode(key, version, body):
+    with pytest.raises(SchemaError):
+        api(key).request.encode(body, version)
