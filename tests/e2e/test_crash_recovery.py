@@ -168,9 +168,12 @@ def test_kill9_then_restart_keeps_acknowledged_and_appends_after(broker_factory,
     stop = threading.Event()
 
     def produce_loop():
+        # Short delivery timeout: once the broker is gone, pending batches expire within
+        # seconds, so close() completes instead of leaving the sender thread behind.
         producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all",
                                  enable_idempotence=False, linger_ms=1, retries=0,
-                                 request_timeout_ms=5000, max_block_ms=5000)
+                                 request_timeout_ms=2000, delivery_timeout_ms=3000,
+                                 max_block_ms=2000)
         i = 0
         while not stop.is_set():
             value = b"kp-%07d" % i
@@ -185,7 +188,7 @@ def test_kill9_then_restart_keeps_acknowledged_and_appends_after(broker_factory,
                 break
             if i % 200 == 0:
                 time.sleep(0.002)
-        producer.close(timeout=5)
+        producer.close(timeout=15)
 
     thread = threading.Thread(target=produce_loop, daemon=True)
     thread.start()
@@ -198,6 +201,7 @@ def test_kill9_then_restart_keeps_acknowledged_and_appends_after(broker_factory,
         acked_at_crash = dict(acked)
     stop.set()
     thread.join(30)
+    assert not thread.is_alive(), "producer thread still running after the crash"
 
     # Restart on a new port: batches the abandoned producer still holds (its close() may
     # time out while the broker is down) cannot reach the restarted broker and race the

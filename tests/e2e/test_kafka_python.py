@@ -137,9 +137,9 @@ def test_acks(broker, request, acks):
             assert [m.offset for m in metas] == list(range(300))
     finally:
         producer.close(timeout=10)
+        errors.close()
     # A response to an acks=0 produce arrives with no in-flight request and makes the client
     # drop the connection ("Received response with no in-flight-requests!").
-    errors.close()
     lost = [m for m in errors.messages if "Connection lost" in m]
     assert lost == [], lost
     records = consume(broker, topic, 300)
