@@ -287,6 +287,16 @@ def test_consumer_available_offset_range(java, broker_ro, produced):
     assert res.kv_lines()[-1] == {"earliest": "0", "latest": str(N)}
 
 
+def test_consume_past_high_watermark_is_out_of_range(java, broker_ro, produced):
+    # auto.offset.reset=none: Fetch must answer OFFSET_OUT_OF_RANGE (1) for an offset past
+    # the high watermark, which the consumer raises as OffsetOutOfRangeException — Spark's
+    # InternalKafkaConsumer.fetch catches it and reports data loss (failOnDataLoss).
+    res = java.run("consume-range", broker_ro.bootstrap, produced.topic, 0, N + 5, N + 10,
+                   "--timeout-ms", 20000, check=False, broker=broker_ro)
+    assert res.returncode == 1, (res.returncode, res.stdout, _no_slf4j(res.stderr)[-2000:])
+    assert "ERROR org.apache.kafka.clients.consumer.OffsetOutOfRangeException" in res.stderr
+
+
 # ---------------------------------------------------------------- more partitions, keyed sink
 
 def test_keyed_producer_across_partitions(java, broker):
