@@ -238,14 +238,14 @@ def test_list_offsets_read_committed_latest(java, broker_ro, produced):
     assert latest[0] == N
 
 
-@pytest.mark.parametrize("what,ts_of,expected", [
+@pytest.mark.parametrize("what,ts_of,expected", [pytest.param(*case, id=case[0].replace(" ", "-")) for case in [
     ("between records 100 and 101", lambda b: b + 100 * TS_STEP + TS_STEP // 2, 101),
     ("exactly record 250's timestamp", lambda b: b + 250 * TS_STEP, 250),
     ("before the first record", lambda b: b - 60_000, 0),
     ("last record's timestamp", lambda b: b + (N - 1) * TS_STEP, N - 1),
     ("after the last record", lambda b: b + (N - 1) * TS_STEP + 1, -1),
     ("far in the future", lambda b: b + 10 * 365 * 86_400_000, -1),
-])
+]])
 def test_list_offsets_for_timestamp(java, broker_ro, produced, what, ts_of, expected):
     # fetchSpecificTimestampBasedOffsets: first offset whose timestamp >= ts; -1 (no error)
     # when there is none — Spark's startingOffsetsByTimestampStrategy relies on it.
