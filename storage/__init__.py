@@ -8,9 +8,9 @@ from .lock import DataDirLock, DataDirLocked
 from .log import (
     AppendResult, Log, LogConfig, OffsetOutOfRange, ReadResult, StorageError,
 )
-from .segment import Segment
+from .segment import Segment, StorageFull
 
 __all__ = [
     "AppendResult", "DataDirLock", "DataDirLocked", "Log", "LogConfig",
-    "OffsetOutOfRange", "ReadResult", "Segment", "StorageError",
+    "OffsetOutOfRange", "ReadResult", "Segment", "StorageError", "StorageFull",
 ]

@@ -41,6 +41,8 @@ came from disk, so it then counts as flushed.
 
 from __future__ import annotations
 
+import errno
+import logging
 import mmap
 import os
 import struct
@@ -55,6 +57,36 @@ from protocol.records import (
 
 if sys.byteorder != "little":  # the committed-length store below is a native 8-byte store
     raise ImportError("canopy's storage format assumes a little-endian host")
+
+log = logging.getLogger("canopy.storage")
+
+
+class StorageFull(OSError):
+    """No space left for a write (ENOSPC/EDQUOT).  Raised *before* anything is
+    written, so the segment is unchanged and the append may simply be retried
+    once space returns (the broker answers KAFKA_STORAGE_ERROR meanwhile)."""
+
+
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _allocate(fd: int, offset: int, length: int) -> None:
+    """Reserve disk blocks for [offset, offset+length) of a file we mmap.
+
+    A store into a mapped page of a sparse file whose block cannot be allocated
+    (disk full) is not an error return but SIGBUS, which kills the process; so
+    every page is allocated with posix_fallocate before it is written through a
+    mapping, turning a full disk into a StorageFull exception instead."""
+    if length <= 0:
+        return
+    try:
+        os.posix_fallocate(fd, offset, length)
+    except OSError as e:
+        if e.errno in _NO_SPACE:
+            raise StorageFull(e.errno, f"no space left to allocate {length} bytes: {e.strerror}") from None
+        if e.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            raise
+
 
 INDEX_MAGIC = b"CNPYIX01"
 INDEX_HEADER_SIZE = 64
@@ -150,8 +182,13 @@ class Segment:
         seg = cls(directory, base_offset)
         seg.created_ms = now_ms
         seg.log_fd = os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        seg.index_fd = os.open(seg.index_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        seg._map_index(_INITIAL_INDEX_ENTRIES)
+        try:
+            seg.index_fd = os.open(seg.index_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            seg._map_index(_INITIAL_INDEX_ENTRIES)
+        except BaseException:
+            seg.close()  # disk full at a roll: leave no half-made segment behind
+            seg.unlink()
+            raise
         seg._index_mm[:INDEX_HEADER_SIZE] = INDEX_HEADER.pack(
             INDEX_MAGIC, 0, 0, now_ms, base_offset, BOOT_ID).ljust(INDEX_HEADER_SIZE, b"\0")
         seg.needs_dir_sync = True
@@ -176,6 +213,16 @@ class Segment:
 
     def _map_index(self, capacity: int) -> None:
         size = INDEX_HEADER_SIZE + capacity * ENTRY_SIZE
+        # Allocate first (see _allocate): a full disk raises here, before the
+        # mapping changes, instead of SIGBUS on the first store into a new page.
+        if self._index_mm is None:
+            _allocate(self.index_fd, 0, size)
+        elif size > len(self._index_mm):
+            fd = os.open(self.index_path, os.O_RDWR)
+            try:
+                _allocate(fd, len(self._index_mm), size - len(self._index_mm))
+            finally:
+                os.close(fd)
         if self._ix is not None:
             self._ix.release()  # an exported buffer would block the mremap
             self._ix = None
@@ -232,8 +279,12 @@ class Segment:
         # then zeros — so "end <= committed and size > 0" is a monotone predicate.
         n = self._bisect_count(lambda i: self._entry_end(i) <= committed and self._entry_size(i) > 0,
                                capacity)
+        rebuilt = not header_ok and committed > 0
         if n and (self._entry_end(n - 1) != committed or self._entry_pos(0) != 0):
             n = 0  # the index disagrees with the committed length: rebuild it
+            rebuilt = True
+        elif not n and committed > 0:
+            rebuilt = True
         # Keep the entries whose batches were fsynced (or, after a mere process
         # crash, all but the last 64 KiB); re-verify the rest from the data.
         trusted = max(flushed, committed - SAME_BOOT_TAIL_CHECK) if same_boot and n else flushed
@@ -261,6 +312,13 @@ class Segment:
                     last_offset = h.last_offset
                     pos += h.total_size
         # Anything in the file past ``pos`` is a torn write or preallocation.
+        if rebuilt:
+            log.warning("%s: index missing or inconsistent with the committed length; rebuilt "
+                        "from the segment (%d batches)", self.index_path, self.entries)
+        if truncated:
+            log.warning("%s: truncated a torn or corrupt tail at byte %d: %d bytes dropped of "
+                        "committed length %d; log end offset of this segment now %d",
+                        self.log_path, pos, committed - pos, committed, last_offset + 1)
         self.size = pos
         self.next_offset = last_offset + 1
         # After a reboot, every byte kept was just read back from disk: durable.
@@ -402,6 +460,14 @@ class Segment:
         # busy partition gets big chunks, thousands of idle ones stay small.
         chunk = min(_MAX_PREFAULT, max(_MIN_PREFAULT, _round_up(self.size)))
         target = min(self._map_size, _round_up(end + chunk))
+        if target > self._faulted:
+            try:
+                _allocate(self.log_fd, self._faulted, target - self._faulted)
+            except StorageFull:
+                # Not enough room for the whole chunk: allocate just this write
+                # (raises StorageFull again when even that does not fit).
+                target = _round_up(end)
+                _allocate(self.log_fd, self._faulted, target - self._faulted)
         if self._populate and target > self._faulted:
             try:
                 self._log_mm.madvise(MADV_POPULATE_WRITE, self._faulted, target - self._faulted)
@@ -419,11 +485,22 @@ class Segment:
         n = len(batch)
         end = pos + n
         mm = self._log_mm
+        i = self.entries
+        if i >= self._index_capacity:
+            # before the data: a full disk must fail the append, not tear it
+            self._map_index(self._index_capacity * 2)
         if n >= LARGE_WRITE:
             # Big batches: pwrite into the page cache directly, which beats
             # pre-faulting + copying through the mapping ~2x (no page zeroing,
             # no PTEs); the patch below then maps only the first page.
-            os.pwrite(self.log_fd, batch, pos)
+            try:
+                written = os.pwrite(self.log_fd, batch, pos)
+            except OSError as e:
+                if e.errno in _NO_SPACE:
+                    raise StorageFull(e.errno, f"no space left to write {n} bytes: {e.strerror}") from None
+                raise
+            if written != n:  # short write: the disk filled up part way
+                raise StorageFull(errno.ENOSPC, f"no space left: wrote {written} of {n} bytes")
             if end > self._faulted:
                 self._faulted = end // PAGE * PAGE
         else:
@@ -435,9 +512,6 @@ class Segment:
         else:
             # baseOffset, batchLength (unchanged), partitionLeaderEpoch in one store
             _PATCH.pack_into(mm, pos, base_offset, n - 12, leader_epoch)
-        i = self.entries
-        if i >= self._index_capacity:
-            self._map_index(self._index_capacity * 2)
         if max_timestamp > self.max_timestamp:
             self.max_timestamp = max_timestamp
         idx = self._index_mm

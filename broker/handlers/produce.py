@@ -18,6 +18,7 @@ import logging
 from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
 from protocol.records import InvalidRecordBatch, set_log_append_time, validate_produce_records
+from storage import StorageError
 
 from ..broker import now_ms
 
@@ -70,7 +71,13 @@ def produce_to_partition(broker, partition, records, version: int) -> dict:
         append_time = now_ms()
         records = bytearray(records)
         set_log_append_time(records, 0, append_time)
-    result = lg.append(records, leader_epoch=partition.leader_epoch)
+    try:
+        result = lg.append(records, leader_epoch=partition.leader_epoch)
+    except (StorageError, OSError) as e:
+        # Disk full or an I/O error: storage raised before committing anything, so
+        # the log is intact and the client may retry (Kafka answers the same).
+        log.warning("append to %s-%d failed: %s", partition.topic.name, index, e)
+        return _partition_response(index, ErrorCode.KAFKA_STORAGE_ERROR, message=str(e))
     partition.producers.record(header.producer_id, header.producer_epoch, header.base_sequence,
                                header.last_offset_delta, result.base_offset, header.max_timestamp)
     partition.notify_append()
