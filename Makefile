@@ -11,7 +11,7 @@ CACHE  := .cache
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[test]'
+	$(PIP) install -q -e '.[test,spark]'
 	touch $@
 
 venv: $(VENV)/.installed
