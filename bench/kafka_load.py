@@ -1,0 +1,482 @@
+"""Kafka workloads W1-W5, driven with confluent-kafka (librdkafka) and kafka-python.
+
+Every phase returns a flat dict: msg_per_s, mb_per_s, broker_cpu_us_per_msg (utime+stime
+of the broker's process tree from /proc/<pid>/stat, 10 ms ticks), peak_rss_mb (VmHWM) …
+"""
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+import uuid
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from brokers import Broker
+from progress import Progress
+
+
+# --------------------------------------------------------------------------- helpers
+
+def make_topic(broker: Broker, topic: str, partitions: int = 1) -> float:
+    """Create the topic (auto-created through Metadata where the broker has no
+    CreateTopics) and wait until every partition has a leader; returns seconds."""
+    t0 = time.perf_counter()
+    if broker.create_topics:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        fut = admin.create_topics([NewTopic(topic, num_partitions=partitions,
+                                            replication_factor=1)],
+                                  operation_timeout=30, request_timeout=60)[topic]
+        fut.result(timeout=60)
+    else:
+        admin = Producer({"bootstrap.servers": broker.bootstrap})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        md = admin.list_topics(topic, timeout=10)
+        t = md.topics.get(topic)
+        if t and t.error is None and len(t.partitions) >= partitions and all(
+                p.leader >= 0 for p in t.partitions.values()):
+            return time.perf_counter() - t0
+        time.sleep(0.05)
+    raise RuntimeError(f"topic {topic} has no leaders after creation")
+
+
+def result(n: int, size: int, secs: float, cpu: float, broker: Broker) -> dict:
+    return {"records": n, "record_bytes": size, "seconds": round(secs, 4),
+            "msg_per_s": round(n / secs), "mb_per_s": round(n * size / secs / 1e6, 1),
+            "broker_cpu_s": round(cpu, 3), "broker_cpu_us_per_msg": round(cpu / n * 1e6, 2),
+            "peak_rss_mb": broker.rss()}
+
+
+def pct(samples: list, q: float) -> float:
+    return round(samples[min(len(samples) - 1, int(q * len(samples)))] / 1000, 1)
+
+
+def high_watermark(broker: Broker, topic: str, partition: int = 0) -> int:
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "bench-watermark",
+                  "enable.auto.commit": False})
+    try:
+        return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
+    finally:
+        c.close()
+
+
+# --------------------------------------------------------------------------- W1
+
+def ck_produce(broker: Broker, topic: str, n: int, size: int, bar: Progress,
+               acks: str = "1") -> dict:
+    payload = os.urandom(size)
+    # No per-message delivery callback: it costs the client ~1.5 µs/record of Python on
+    # the same 2 CPUs as the broker; flush() leaving 0 undelivered plus the consume
+    # phase reading every record back is the delivery check.
+    errors: list = []
+    p = Producer({"error_cb": errors.append, "bootstrap.servers": broker.bootstrap,
+                  "linger.ms": 5, "batch.size": 1048576, "acks": acks,
+                  "enable.idempotence": False, "compression.type": "none",
+                  "queue.buffering.max.messages": max(n, 100000),
+                  "queue.buffering.max.kbytes": 2097151,
+                  "message.max.bytes": 2 * 1048576, "socket.nagle.disable": True})
+    p.list_topics(topic, timeout=10)  # connection and metadata outside the timed part
+    cpu0, t0 = broker.cpu(), time.perf_counter()
+    produce = p.produce
+    for i in range(n):
+        while True:
+            try:
+                produce(topic, payload, partition=0)
+                break
+            except BufferError:
+                p.poll(0.01)
+        if not i % 20000:
+            bar.step(0, f"{broker.name} produce {i}/{n}")
+    left = p.flush(120)
+    t1, cpu1 = time.perf_counter(), broker.cpu()
+    if left or any(e.fatal() for e in errors):
+        raise RuntimeError(f"produce: {left} undelivered, errors {errors[:3]}")
+    return result(n, size, t1 - t0, cpu1 - cpu0, broker)
+
+
+def ck_consume(broker: Broker, topic: str, n: int, size: int, bar: Progress) -> dict:
+    c = Consumer({"bootstrap.servers": broker.bootstrap,
+                  "group.id": f"bench-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
+                  "enable.partition.eof": False, "fetch.max.bytes": 64 * 1048576,
+                  "max.partition.fetch.bytes": 32 * 1048576,
+                  "receive.message.max.bytes": 128 * 1048576,
+                  "queued.max.messages.kbytes": 1048576, "fetch.wait.max.ms": 100})
+    try:
+        c.list_topics(topic, timeout=10)
+        cpu0, t0 = broker.cpu(), time.perf_counter()
+        c.assign([TopicPartition(topic, 0, 0)])
+        got = nbytes = 0
+        stalled = time.monotonic()  # no progress for 30 s: acknowledged records missing
+        while got < n:
+            if time.monotonic() - stalled > 30:
+                raise RuntimeError(f"consume: only {got}/{n} acknowledged records readable")
+            batch = c.consume(num_messages=10000, timeout=1.0)
+            if batch:
+                stalled = time.monotonic()
+            for m in batch:
+                if m.error() is not None:
+                    raise RuntimeError(f"consume: {m.error()}")
+                got += 1
+                nbytes += len(m.value())
+            bar.step(0, f"{broker.name} consume {got}/{n}")
+        t1, cpu1 = time.perf_counter(), broker.cpu()
+    finally:
+        c.close()
+    if nbytes != got * size:
+        raise RuntimeError(f"consume: {nbytes} value bytes for {got} records of {size}")
+    return result(got, size, t1 - t0, cpu1 - cpu0, broker)
+
+
+def kp_produce(broker: Broker, topic: str, n: int, size: int, bar: Progress) -> dict:
+    from kafka import KafkaProducer
+    payload = os.urandom(size)
+    p = KafkaProducer(bootstrap_servers=broker.bootstrap, acks=1, linger_ms=5,
+                      batch_size=1048576, max_request_size=2 * 1048576,
+                      buffer_memory=512 * 1048576, enable_idempotence=False)
+    try:
+        p.partitions_for(topic)
+        cpu0, t0 = broker.cpu(), time.perf_counter()
+        futs = []
+        for i in range(n):
+            futs.append(p.send(topic, payload, partition=0))
+            if not i % 10000:
+                bar.step(0, f"{broker.name} kafka-python produce {i}/{n}")
+        p.flush(120)
+        t1, cpu1 = time.perf_counter(), broker.cpu()
+        failed = sum(1 for f in futs[-1000:] if f.failed())
+        if failed:
+            raise RuntimeError(f"kafka-python produce: {failed} failed, {futs[-1].exception}")
+    finally:
+        p.close(5)
+    return result(n, size, t1 - t0, cpu1 - cpu0, broker)
+
+
+def kp_consume(broker: Broker, topic: str, n: int, size: int, bar: Progress) -> dict:
+    from kafka import KafkaConsumer, TopicPartition as KTP
+    c = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False,
+                      fetch_max_bytes=64 * 1048576, max_partition_fetch_bytes=32 * 1048576)
+    try:
+        c.topics()
+        cpu0, t0 = broker.cpu(), time.perf_counter()
+        tp = KTP(topic, 0)
+        c.assign([tp])
+        c.seek(tp, 0)
+        got = 0
+        stalled = time.monotonic()
+        while got < n:
+            if time.monotonic() - stalled > 30:
+                raise RuntimeError(f"kafka-python consume: only {got}/{n}")
+            for recs in c.poll(timeout_ms=1000, max_records=10000).values():
+                got += len(recs)
+                stalled = time.monotonic()
+            bar.step(0, f"{broker.name} kafka-python consume {got}/{n}")
+        t1, cpu1 = time.perf_counter(), broker.cpu()
+    finally:
+        c.close()
+    return result(got, size, t1 - t0, cpu1 - cpu0, broker)
+
+
+def w1(broker: Broker, cfg: dict, bar: Progress) -> dict:
+    out: dict = {}
+    for size in cfg["sizes"]:
+        topic = f"w1-{size}-{uuid.uuid4().hex[:6]}"
+        make_topic(broker, topic)
+        out[f"produce_{size}"] = ck_produce(broker, topic, cfg["records"], size, bar)
+        bar.step(1)
+        out[f"consume_{size}"] = ck_consume(broker, topic, cfg["records"], size, bar)
+        bar.step(1)
+    if cfg.get("kp_records"):
+        topic = f"w1-kp-{uuid.uuid4().hex[:6]}"
+        make_topic(broker, topic)
+        size = cfg["sizes"][0]
+        try:
+            out[f"kp_produce_{size}"] = kp_produce(broker, topic, cfg["kp_records"], size, bar)
+            bar.step(1)
+            out[f"kp_consume_{size}"] = kp_consume(broker, topic, cfg["kp_records"], size, bar)
+            bar.step(1)
+        except Exception as e:  # kafka-python is informational; record and go on
+            out["kp_error"] = f"{type(e).__name__}: {e}"
+            print(f"[{broker.name}] kafka-python: {out['kp_error']}", file=sys.stderr)
+    return out
+
+
+W1_STEPS = lambda cfg: 2 * len(cfg["sizes"]) + (2 if cfg.get("kp_records") else 0)  # noqa
+
+
+# --------------------------------------------------------------------------- W2
+
+def round_trip(broker: Broker, topic: str, n: int, bar: Progress, warmup: int = 100) -> dict:
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "acks": 1,
+                  "enable.idempotence": False, "socket.nagle.disable": True})
+    p.list_topics(topic, timeout=10)
+    errors: list = []
+
+    def on_delivery(err, _msg):
+        if err is not None:
+            errors.append(err)
+
+    payload = b"x" * 100
+    for _ in range(warmup):
+        p.produce(topic, payload, partition=0, on_delivery=on_delivery)
+        p.flush(10)
+    samples = []
+    cpu0 = broker.cpu()
+    perf = time.perf_counter_ns
+    for i in range(n):
+        t0 = perf()
+        p.produce(topic, payload, partition=0, on_delivery=on_delivery)
+        if p.flush(10):
+            raise RuntimeError("round trip: produce not acknowledged within 10 s")
+        samples.append(perf() - t0)
+        if not i % 500:
+            bar.step(0, f"{broker.name} round trip {i}/{n}")
+    cpu1 = broker.cpu()
+    if errors:
+        raise RuntimeError(f"round trip: {errors[:3]}")
+    samples.sort()
+    return {"samples": n, "record_bytes": len(payload), "p50_us": pct(samples, .5),
+            "p99_us": pct(samples, .99), "p999_us": pct(samples, .999),
+            "broker_cpu_us_per_msg": round((cpu1 - cpu0) / n * 1e6, 2)}
+
+
+def end_to_end(broker: Broker, topic: str, rate: int, secs: float, bar: Progress) -> dict:
+    """Produce at a fixed rate with the send time in the value; a consumer thread in the
+    same process (same clock) reads them back; latency = receive - send."""
+    n = int(rate * secs)
+    lat: list[int] = []
+    done = threading.Event()
+    c = Consumer({"bootstrap.servers": broker.bootstrap,
+                  "group.id": f"bench-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
+                  "fetch.wait.max.ms": 100, "fetch.min.bytes": 1,
+                  "enable.partition.eof": False})
+    c.assign([TopicPartition(topic, 0, high_watermark(broker, topic))])
+    err: list = []
+
+    def consume():
+        perf = time.perf_counter_ns
+        try:
+            # poll(), not consume(num_messages=…): consume waits until the batch is
+            # full or the timeout passes, which would be measured as latency.
+            while len(lat) < n and not done.is_set():
+                m = c.poll(0.2)
+                if m is not None and m.error() is None:
+                    lat.append(perf() - int.from_bytes(m.value()[:8], "big"))
+        except Exception as e:  # pragma: no cover
+            err.append(e)
+
+    th = threading.Thread(target=consume, daemon=True)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1, "acks": 1,
+                  "enable.idempotence": False, "socket.nagle.disable": True})
+    p.list_topics(topic, timeout=10)
+    time.sleep(1.0)  # consumer joins the partition before the clock starts
+    th.start()
+    time.sleep(0.5)
+    pad = b"\0" * 92
+    perf = time.perf_counter_ns
+    t_start = perf()
+    cpu0 = broker.cpu()
+    for i in range(n):
+        due = t_start + i * 1_000_000_000 // rate
+        while True:
+            now = perf()
+            if now >= due:
+                break
+            if due - now > 300_000:
+                time.sleep((due - now) / 2e9)
+        p.produce(topic, now.to_bytes(8, "big") + pad, partition=0)
+        p.poll(0)
+        if not i % 5000:
+            bar.step(0, f"{broker.name} end-to-end {i}/{n}")
+    p.flush(10)
+    achieved = n / ((perf() - t_start) / 1e9)
+    th.join(timeout=30)
+    done.set()
+    cpu1 = broker.cpu()
+    c.close()
+    if err:
+        raise err[0]
+    if len(lat) < n * 0.99:
+        raise RuntimeError(f"end-to-end: {len(lat)}/{n} records came back")
+    lat.sort()
+    return {"rate": rate, "achieved_rate": round(achieved), "records": len(lat),
+            "p50_us": pct(lat, .5), "p99_us": pct(lat, .99), "p999_us": pct(lat, .999),
+            "broker_cpu_us_per_msg": round((cpu1 - cpu0) / n * 1e6, 2)}
+
+
+def w2(broker: Broker, cfg: dict, bar: Progress) -> dict:
+    topic = f"w2-{uuid.uuid4().hex[:6]}"
+    make_topic(broker, topic)
+    out = {"round_trip": round_trip(broker, topic, cfg["round_trips"], bar)}
+    bar.step(1)
+    topic = f"w2e-{uuid.uuid4().hex[:6]}"
+    make_topic(broker, topic)
+    out["end_to_end"] = end_to_end(broker, topic, cfg["e2e_rate"], cfg["e2e_seconds"], bar)
+    bar.step(1)
+    return out
+
+
+# --------------------------------------------------------------------------- W3
+
+def concurrent_produce(broker: Broker, topic: str, producers: int, n: int, size: int,
+                       bar: Progress, acks: str = "all") -> dict:
+    """`producers` confluent Producers in threads, n records in all, each flushes."""
+    per = n // producers
+    payload = os.urandom(size)
+    ps = [Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5,
+                    "batch.size": 1048576, "acks": acks, "enable.idempotence": False,
+                    "socket.nagle.disable": True}) for _ in range(producers)]
+    for p in ps:
+        p.list_topics(topic, timeout=10)
+    left: list[int] = []
+    sent = [0]
+
+    def run(p):
+        for _ in range(per):
+            while True:
+                try:
+                    p.produce(topic, payload, partition=0)
+                    break
+                except BufferError:
+                    p.poll(0.01)
+            sent[0] += 1
+        left.append(p.flush(120))
+
+    ths = [threading.Thread(target=run, args=(p,)) for p in ps]
+    cpu0, t0 = broker.cpu(), time.perf_counter()
+    for th in ths:
+        th.start()
+    while any(th.is_alive() for th in ths):
+        bar.step(0, f"{broker.name} {producers} producers {sent[0]}/{per * producers}")
+        time.sleep(0.2)
+    t1, cpu1 = time.perf_counter(), broker.cpu()
+    if any(left):
+        raise RuntimeError(f"concurrent produce: {sum(left)} undelivered")
+    return result(per * producers, size, t1 - t0, cpu1 - cpu0, broker)
+
+
+def w3(broker: Broker, cfg: dict, bar: Progress) -> dict:
+    topic = f"w3-{uuid.uuid4().hex[:6]}"
+    make_topic(broker, topic)
+    out = {"produce": concurrent_produce(broker, topic, cfg["w3_producers"],
+                                         cfg["w3_records"], 1024, bar)}
+    topic = f"w3rt-{uuid.uuid4().hex[:6]}"
+    make_topic(broker, topic)
+    out["round_trip"] = round_trip(broker, topic, cfg["round_trips"] // 4, bar)
+    bar.step(1)
+    return out
+
+
+# --------------------------------------------------------------------------- W4
+
+def metadata_request(port: int, topic: str, repeat: int = 20) -> dict:
+    """Hand-encoded Metadata v1 for one topic over a raw socket: response size and time."""
+    name = topic.encode()
+    client = b"bench"
+    times, size = [], 0
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for corr in range(repeat):
+            body = (struct.pack(">hhih", 3, 1, corr, len(client)) + client
+                    + struct.pack(">ih", 1, len(name)) + name)
+            t0 = time.perf_counter_ns()
+            s.sendall(struct.pack(">i", len(body)) + body)
+            hdr = b""
+            while len(hdr) < 4:
+                hdr += s.recv(4 - len(hdr))
+            size = struct.unpack(">i", hdr)[0]
+            got = 0
+            while got < size:
+                got += len(s.recv(min(1 << 20, size - got)))
+            times.append(time.perf_counter_ns() - t0)
+    times.sort()
+    return {"bytes": size + 4, "p50_us": pct(times, .5), "max_us": round(times[-1] / 1000, 1)}
+
+
+def w4(broker: Broker, cfg: dict, bar: Progress) -> dict:
+    parts = cfg["w4_partitions"]
+    if broker.partitions_max and broker.partitions_max < parts:
+        return {"skipped": f"{broker.name} serves {broker.partitions_max} partition per topic"}
+    topic = f"w4-{uuid.uuid4().hex[:6]}"
+    out = {"create_seconds": round(make_topic(broker, topic, parts), 3)}
+    bar.step(0, f"{broker.name} metadata")
+    out["metadata"] = metadata_request(broker.port, topic)
+    n_prod, per = cfg["w4_producers"], cfg["w4_per_producer"]
+    payload = os.urandom(100)
+    ps = [Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "acks": 1,
+                    "enable.idempotence": False}) for _ in range(n_prod)]
+    t0 = time.perf_counter()
+    for p in ps:
+        p.list_topics(topic, timeout=30)
+    out["producers_metadata_seconds"] = round(time.perf_counter() - t0, 3)
+    cpu0, t0 = broker.cpu(), time.perf_counter()
+    k = 0
+    for j in range(per):
+        for p in ps:
+            p.produce(topic, payload, partition=k % parts)
+            k += 1
+        if not j % 10:
+            bar.step(0, f"{broker.name} {n_prod} producers {k}/{n_prod * per}")
+    left = sum(p.flush(60) for p in ps)
+    t1, cpu1 = time.perf_counter(), broker.cpu()
+    if left:
+        raise RuntimeError(f"W4: {left} undelivered")
+    out["produce"] = result(k, 100, t1 - t0, cpu1 - cpu0, broker)
+    bar.step(1)
+    return out
+
+
+# --------------------------------------------------------------------------- W5
+
+def fill_canopy_log(data_dir: str, topic: str, partitions: int, total_bytes: int,
+                    bar: Progress) -> int:
+    """Append ~total_bytes of 1 MiB batches (1 KiB records) to the topic's partition logs
+    through canopy's own storage module (the broker is stopped): same files a produce
+    would write, without waiting on the network. Returns bytes written."""
+    sys.path.insert(0, str(__import__("brokers").ROOT))
+    from protocol.records import build_batch
+    from storage.log import Log
+    batch = build_batch([(None, os.urandom(1024), [], None)] * 1000)
+    logs = [Log(os.path.join(data_dir, topic, str(i))) for i in range(partitions)]
+    written = 0
+    try:
+        while written < total_bytes:
+            for lg in logs:
+                lg.append(batch, leader_epoch=0)
+                written += len(batch)
+            if written % (256 << 20) < len(batch) * partitions:
+                bar.step(0, f"canopy fill {written >> 20}/{total_bytes >> 20} MiB")
+    finally:
+        for lg in logs:
+            lg.flush()
+            lg.close()
+    return written
+
+
+def w5(cfg: dict, tmp: str, log, bar: Progress) -> dict:
+    import brokers
+    b = brokers.canopy(tmp, log)
+    topic = f"w5-{uuid.uuid4().hex[:6]}"
+    try:
+        make_topic(b, topic, cfg["w5_partitions"])
+    finally:
+        b.stop()
+    written = fill_canopy_log(tmp, topic, cfg["w5_partitions"], cfg["w5_bytes"], bar)
+    bar.step(1)
+    out = {"log_bytes": written, "partitions": cfg["w5_partitions"]}
+    t0 = time.perf_counter()
+    b = brokers.canopy(tmp, log)
+    try:
+        out["listening_seconds"] = round(time.perf_counter() - t0, 3)
+        hw = high_watermark(b, topic, 0)
+        out["serving_seconds"] = round(time.perf_counter() - t0, 3)
+        out["high_watermark_p0"] = hw
+        out["peak_rss_mb"] = b.rss()
+    finally:
+        b.stop()
+    bar.step(1)
+    return out
