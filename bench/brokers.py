@@ -329,11 +329,15 @@ def rabbitmq(data_dir: str, log: Path) -> Broker:
     plugins = Path(data_dir) / "enabled_plugins"
     plugins.write_text("[rabbitmq_stream].\n")
     node = f"bench{stream_port}@localhost"
+    if os.geteuid() == 0:
+        # Debian's rabbitmq-server script drops root to the rabbitmq user.
+        for p in (data_dir, conf, plugins):
+            shutil.chown(p, "rabbitmq", "rabbitmq")
     env = {"RABBITMQ_NODENAME": node, "RABBITMQ_NODE_PORT": str(amqp_port),
            "RABBITMQ_DIST_PORT": str(dist_port), "RABBITMQ_CONFIG_FILE": str(conf)[:-5],
            "RABBITMQ_MNESIA_BASE": f"{data_dir}/mnesia", "RABBITMQ_LOG_BASE": f"{data_dir}/log",
            "RABBITMQ_ENABLED_PLUGINS_FILE": str(plugins), "RABBITMQ_PID_FILE":
-           f"{data_dir}/rabbit.pid", "RABBITMQ_LOGS": "-", "HOME": os.environ.get("HOME", "/root")}
+           f"{data_dir}/rabbit.pid", "RABBITMQ_LOGS": "-"}
     return Broker("rabbitmq", lambda port: [exe], log, kind="rabbitmq", env=env,
                   port=stream_port, start_timeout=90,
                   note="RabbitMQ 3.10 streams (stream protocol, rstream client); not Kafka")

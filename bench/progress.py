@@ -28,7 +28,7 @@ class Progress:
                 f"{now - self.t0:6.1f}s {what}")
         if self.tty:
             sys.stderr.write("\r" + line[:150].ljust(150))
-        elif force or self.done >= self.total:
+        elif force:
             sys.stderr.write(line + "\n")
         sys.stderr.flush()
 

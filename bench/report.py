@@ -193,11 +193,11 @@ def markdown(rep: dict, stamp: str) -> str:
                                                            "broker_cpu_us_per_msg")):
                     path = (f"{ph}_{size}", key)
                     rows.append([f"{ph} {size} B {fig}", get(rep, "canopy", "W1", *path)]
-                                + [get(rep, o, "w1", *path) for o in others])
+                                + [get(rep, o, "other", "w1", *path) for o in others])
         rows.append(["round trip p50 µs", get(rep, "canopy", "W2", "round_trip", "p50_us")]
-                    + [get(rep, o, "w2", "round_trip", "p50_us") for o in others])
+                    + [get(rep, o, "other", "w2", "round_trip", "p50_us") for o in others])
         rows.append(["round trip p99 µs", get(rep, "canopy", "W2", "round_trip", "p99_us")]
-                    + [get(rep, o, "w2", "round_trip", "p99_us") for o in others])
+                    + [get(rep, o, "other", "w2", "round_trip", "p99_us") for o in others])
         out.append("## Non-Kafka comparison (*own protocol and own Python client: redis-py "
                    "pipelines of 1 000 XADD / XREAD COUNT 10000; nats-py publish_async in "
                    "windows of 1 000 / pull fetch 1 000; rstream send_batch 1 000 / "
@@ -238,7 +238,7 @@ def charts(rep: dict, results: Path, stamp: str) -> list[Path]:
 
     def w1(b, ph, s, key):
         return get(rep, b, "W1", f"{ph}_{s}", key) if b in KAFKA else get(
-            rep, b, "w1", f"{ph}_{s}", key)
+            rep, b, "other", "w1", f"{ph}_{s}", key)
 
     for key, title, fname, log in (
             ("msg_per_s", "W1 throughput, msg/s (log scale)", "w1-throughput", True),
@@ -261,7 +261,7 @@ def charts(rep: dict, results: Path, stamp: str) -> list[Path]:
         fig.savefig(p, dpi=90)
         plt.close(fig)
         made.append(p)
-    lat = [(b, get(rep, b, "W2") or get(rep, b, "w2")) for b in names]
+    lat = [(b, get(rep, b, "W2") or get(rep, b, "other", "w2")) for b in names]
     lat = [(b, w) for b, w in lat if w and w.get("round_trip")]
     if lat:
         fig, ax = plt.subplots(figsize=(10, 4.5))

@@ -87,7 +87,7 @@ class Suite:
         self.notes[name] = b.note
         return b
 
-    def each(self, workload: str, names, fn, steps_per: int) -> None:
+    def each(self, workload: str, names, fn, steps_per: int, key: str | None = None) -> None:
         bar = Progress(f"{workload} ({', '.join(names)})", steps_per * len(names))
         for name in names:
             tmp = tempfile.mkdtemp(prefix=f"bench-{name}-")
@@ -95,7 +95,7 @@ class Suite:
             try:
                 b = self.broker(name, tmp, **({"flush": "always"} if name == "canopy-always"
                                               else {}))
-                self.runs[name][workload] = fn(b, bar)
+                self.runs[name][key or workload] = fn(b, bar)
             except brokers.PeerUnavailable as e:
                 self.errors[f"{name} {workload}"] = f"unavailable: {e}"
             except Exception as e:  # report and go on to the next broker
@@ -144,7 +144,8 @@ class Suite:
         if others and ("W1" in wl or "W2" in wl):
             for name in others:
                 self.each(f"W1/W2 {name}", [name],
-                          lambda b, bar: other_load.run(b, cfg, bar), len(cfg["sizes"]))
+                          lambda b, bar: other_load.run(b, cfg, bar), len(cfg["sizes"]),
+                          key="other")
 
     def profile(self) -> None:
         """W1 1 KiB produce + consume again, py-spy attached to canopy (after the measured
