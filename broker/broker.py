@@ -106,6 +106,7 @@ def _flush_all(logs) -> None:
 
 class Broker:
     def __init__(self, config: BrokerConfig):
+        from .cluster import Cluster
         from .groups import GroupCoordinator
 
         self.config = config
@@ -116,6 +117,8 @@ class Broker:
         floor = max((p.producers.highest_producer_id() for p in self.topics.all_partitions()), default=-1)
         self.producer_ids = ProducerIdAllocator(Path(config.data_dir) / "producer_ids.json", floor)
         self.flusher = Flusher(config.flush, config.flush_interval_ms)
+        self.cluster = Cluster(self)
+        self.cluster.load()
         self.groups = GroupCoordinator(self)
 
     @property
@@ -123,18 +126,27 @@ class Broker:
         return self.config.advertised_addr
 
     def brokers(self) -> list[dict]:
-        """Live brokers for Metadata/DescribeCluster/FindCoordinator. Single node for now."""
-        host, port = self.advertised
-        return [{"node_id": self.node_id, "host": host, "port": port, "rack": self.config.rack}]
+        """The brokers Metadata/DescribeCluster report (every peer of the cluster)."""
+        if not self.cluster.enabled:
+            host, port = self.advertised
+            return [{"node_id": self.node_id, "host": host, "port": port, "rack": self.config.rack}]
+        return [{"node_id": n, "host": h, "port": p, "rack": r} for n, (h, p, r) in sorted(self.cluster.peers.items())]
+
+    def racks(self) -> dict[int, str | None]:
+        return self.cluster.racks()
+
+    def is_alive(self, node: int) -> bool:
+        return self.cluster.is_alive(node)
 
     @property
     def controller_id(self) -> int:
-        return self.node_id
+        return self.cluster.controller_id
 
     async def run_background(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.flusher.run)
             nursery.start_soon(self._retention_loop)
+            await nursery.start(self.cluster.run)
             await nursery.start(self.groups.run)
             task_status.started()
 

@@ -33,6 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--auto-create-topics", dest="auto_create_topics", choices=["true", "false"])
     s.add_argument("--max-request-bytes", dest="max_request_bytes", type=int)
     s.add_argument("--rack")
+    s.add_argument("--peers", help="cluster: ID@HOST:PORT[/RACK],... of every broker")
+    s.add_argument("--controller", type=int, help="cluster: node id of the controller")
+    s.add_argument("--fanout", type=int, help="cluster: default children per replica")
+    s.add_argument("--min-insync-replicas", dest="min_insync_replicas", type=int)
+    s.add_argument("--replica-lag-time-max-ms", dest="replica_lag_time_max_ms", type=int)
+    s.add_argument("--leader-failure-timeout-ms", dest="leader_failure_timeout_ms", type=int)
     s.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
     return p
 

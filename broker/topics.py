@@ -43,6 +43,7 @@ TOPIC_CONFIG_KEYS = {
     "cleanup.policy": None,
     "min.insync.replicas": None,
     "compression.type": None,
+    "replication.fanout": None,   # canopy: children per replica in this topic's trees
 }
 
 
@@ -64,33 +65,218 @@ def validate_topic_name(name: str | None) -> None:
                          f"topic name {name!r} has characters outside [a-zA-Z0-9._-]")
 
 
-class Partition:
-    """One partition's log plus the broker-side state around it."""
+class ReplicaState:
+    """What a partition leader knows about one direct child (Kafka's follower state)."""
 
-    def __init__(self, topic: "Topic", index: int, log_: Log):
+    __slots__ = ("log_end_offset", "last_caught_up_ms", "last_fetch_leader_leo", "last_fetch_ms", "hw_sent")
+
+    def __init__(self) -> None:
+        self.log_end_offset = -1
+        self.last_caught_up_ms = -1
+        self.last_fetch_leader_leo = -1
+        self.last_fetch_ms = -1
+        self.hw_sent = -1
+
+
+class Partition:
+    """One partition's log plus the broker-side state around it: its place in the
+    replication tree, the high watermark, the ISR, idempotent-producer state and the
+    epoch cache used by OffsetForLeaderEpoch."""
+
+    def __init__(self, topic: "Topic", index: int, log_: Log, node_id: int = 0, lag_time_ms: int = 30_000):
         self.topic = topic
         self.index = index
         self.log = log_
+        self.node_id = node_id
+        self.lag_time_ms = lag_time_ms
+        # Tree order: replicas[0] is the leader (replication/tree.py). Single node: just us.
+        self.replicas: list[int] = [node_id]
+        self.fanout = 1
         # Kafka keeps the leader epoch stable until leadership changes; a moving epoch
-        # makes clients call OffsetForLeaderEpoch. Single node: leader since creation.
+        # makes clients call OffsetForLeaderEpoch.
         self.leader_epoch = 0
         self.producers = ProducerStateTable()
-        self.producers.rebuild(self.log.iter_batch_headers())
-        # Long-polling fetches park an Event here; an append sets them all. One Event per
-        # waiting Fetch (not per partition) lets a Fetch wait on many partitions at once.
+        # (epoch, start offset) of every leader epoch seen in the log, oldest first.
+        self.epoch_cache: list[tuple[int, int]] = []
+        self._rebuild_from_log()
+        # Long-polling fetches park an Event here; an append or a high-watermark move sets
+        # them all. One Event per waiting Fetch lets a Fetch wait on many partitions.
         self.waiters: set[trio.Event] = set()
+        self.replica_states: dict[int, ReplicaState] = {}
+        self.hw_sent: dict[int, int] = {}   # replica id -> high watermark last sent to it
+        self._hw = self.log.log_start_offset
+        self.needs_truncation = False   # a follower must reconcile with its upstream first
+
+    def _rebuild_from_log(self) -> None:
+        self.producers = ProducerStateTable()
+        self.epoch_cache = []
+        headers = []
+        for h in self.log.iter_batch_headers():
+            headers.append(h)
+            self._note_epoch(h.partition_leader_epoch, h.base_offset)
+        self.producers.rebuild(headers)
+
+    def _note_epoch(self, epoch: int, start_offset: int) -> None:
+        if epoch >= 0 and (not self.epoch_cache or epoch > self.epoch_cache[-1][0]):
+            self.epoch_cache.append((epoch, start_offset))
+
+    # -- roles --------------------------------------------------------------------
+    @property
+    def leader(self) -> int:
+        return self.replicas[0] if self.replicas else -1
 
     @property
+    def is_leader(self) -> bool:
+        return self.leader == self.node_id
+
+    @property
+    def is_replica(self) -> bool:
+        return self.node_id in self.replicas
+
+    @property
+    def children(self) -> list[int]:
+        from replication.tree import children_of
+        return children_of(self.replicas, self.node_id, self.fanout)
+
+    @property
+    def upstream(self) -> int | None:
+        from replication.tree import parent_of
+        return parent_of(self.replicas, self.node_id, self.fanout)
+
+    def set_assignment(self, replicas: list[int], fanout: int, leader_epoch: int) -> bool:
+        """Apply the controller's decision; returns True when this broker's role changed."""
+        old = (self.is_leader, self.upstream, self.leader_epoch)
+        self.replicas, self.fanout = list(replicas), fanout
+        epoch_changed = leader_epoch != self.leader_epoch
+        self.leader_epoch = leader_epoch
+        if epoch_changed:
+            self.replica_states.clear()
+            if self.is_leader:
+                # A new leader starts its epoch at its log end; the HW it knew as a
+                # follower stays (never move backwards), children's fetches advance it.
+                self._note_epoch(leader_epoch, self.log.log_end_offset)
+            elif self.is_replica:
+                self.needs_truncation = True
+        self.notify_append()
+        return old != (self.is_leader, self.upstream, self.leader_epoch)
+
+    # -- high watermark and ISR ------------------------------------------------------
+    @property
     def high_watermark(self) -> int:
-        # Single node: every appended batch is on all (one) in-sync replicas.
-        return self.log.log_end_offset
+        if self.is_leader and len(self.replicas) == 1:
+            return self.log.log_end_offset   # the only replica: every append is committed
+        return min(self._hw, self.log.log_end_offset)
+
+    def isr(self, now_ms: int) -> list[int]:
+        """The leader and the direct children that caught up within replica.lag.time.max.ms."""
+        if not self.is_leader:
+            return [self.leader]
+        out = [self.node_id]
+        for c in self.children:
+            st = self.replica_states.get(c)
+            if st is not None and st.last_caught_up_ms >= 0 and now_ms - st.last_caught_up_ms <= self.lag_time_ms:
+                out.append(c)
+        return out
+
+    def maybe_advance_hw(self, now_ms: int) -> None:
+        if not self.is_leader:
+            return
+        leo = self.log.log_end_offset
+        hw = leo
+        for c in self.isr(now_ms)[1:]:
+            hw = min(hw, self.replica_states[c].log_end_offset)
+        if hw > self._hw:
+            self._hw = hw
+            self.notify_append()
+
+    def record_replica_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> None:
+        """Kafka's Partition.updateFollowerFetchState: a child fetching at offset f has
+        everything below f; it is caught up if f reached the leader's log end as of this
+        fetch, or as of its previous fetch."""
+        if not self.is_leader or replica_id not in self.children:
+            return
+        st = self.replica_states.setdefault(replica_id, ReplicaState())
+        leo = self.log.log_end_offset
+        if fetch_offset >= leo:
+            st.last_caught_up_ms = now_ms
+        elif fetch_offset >= st.last_fetch_leader_leo >= 0:
+            st.last_caught_up_ms = max(st.last_caught_up_ms, st.last_fetch_ms)
+        st.log_end_offset = fetch_offset
+        st.last_fetch_leader_leo = leo
+        st.last_fetch_ms = now_ms
+        self.maybe_advance_hw(now_ms)
+
+    def set_follower_high_watermark(self, hw: int) -> None:
+        hw = min(hw, self.log.log_end_offset)
+        if hw > self._hw:
+            self._hw = hw
+            self.notify_append()
+
+    async def wait_for_high_watermark(self, offset: int, timeout_s: float) -> bool:
+        with trio.move_on_after(timeout_s):
+            while self.high_watermark < offset:
+                ev = trio.Event()
+                self.waiters.add(ev)
+                await ev.wait()
+            return True
+        return self.high_watermark >= offset
+
+    # -- appends --------------------------------------------------------------------
+    def on_leader_append(self, base_offset: int) -> None:
+        self._note_epoch(self.leader_epoch, base_offset)
+        if len(self.replicas) > 1:
+            import time
+            self.maybe_advance_hw(time.time_ns() // 1_000_000)
+        self.notify_append()
+
+    def append_replicated(self, records) -> int:
+        """Follower path: the upstream's batches, byte for byte. Returns bytes appended."""
+        from protocol.records import validate_batches
+        headers = validate_batches(records, strict=False)
+        if not headers:
+            return 0
+        self.log.append_replicated(records)
+        for h in headers:
+            self._note_epoch(h.partition_leader_epoch, h.base_offset)
+            if h.producer_id >= 0 and not h.is_control:
+                self.producers.record(h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta,
+                                      h.base_offset, h.max_timestamp)
+        self.notify_append()
+        return len(records)
+
+    def truncate_to(self, offset: int) -> None:
+        if offset >= self.log.log_end_offset:
+            return
+        log.warning("truncating %s-%d from %d to %d (divergent tail)", self.topic.name, self.index,
+                    self.log.log_end_offset, offset)
+        self.log.truncate_to(offset)
+        self._hw = min(self._hw, self.log.log_end_offset)
+        self._rebuild_from_log()
+
+    # -- leader epochs (OffsetForLeaderEpoch) ------------------------------------------
+    def latest_epoch(self) -> int:
+        return self.epoch_cache[-1][0] if self.epoch_cache else -1
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """Kafka's LeaderEpochFileCache.endOffsetFor: (epoch, end offset) of the largest
+        epoch <= the one asked, ending where the next epoch starts (or at the log end)."""
+        if epoch < 0:
+            return -1, -1
+        latest = max(self.latest_epoch(), self.leader_epoch if self.is_leader else -1)
+        if epoch >= latest:
+            return (latest if latest <= epoch else epoch), self.log.log_end_offset
+        higher = next(((e, s) for e, s in self.epoch_cache if e > epoch), None)
+        if higher is None:
+            return latest, self.log.log_end_offset
+        floor = [e for e, _ in self.epoch_cache if e <= epoch]
+        return (floor[-1] if floor else epoch), higher[1]
 
     @property
     def log_start_offset(self) -> int:
         return self.log.log_start_offset
 
     def notify_append(self) -> None:
-        """Wake every long-polling Fetch waiting on this partition."""
+        """Wake every long-polling Fetch and acks=all producer waiting on this partition."""
         if self.waiters:
             for ev in self.waiters:
                 ev.set()
@@ -127,6 +313,9 @@ class TopicRegistry:
         self.config = config
         self.topics: dict[str, Topic] = {}
         self.by_id: dict[uuid.UUID, Topic] = {}
+
+    def _partition(self, topic: "Topic", index: int, log_: Log) -> Partition:
+        return Partition(topic, index, log_, self.config.node_id, self.config.replica_lag_time_max_ms)
 
     # -- configs ---------------------------------------------------------------
     def log_config(self, topic_configs: dict[str, str]) -> LogConfig:
@@ -182,7 +371,8 @@ class TopicRegistry:
                     n = int(value)
                 except ValueError:
                     raise TopicError(ErrorCode.INVALID_CONFIG, f"config {key!r} must be an integer") from None
-                if key in ("segment.bytes", "max.message.bytes", "segment.ms", "min.insync.replicas") and n <= 0:
+                if key in ("segment.bytes", "max.message.bytes", "segment.ms", "min.insync.replicas",
+                           "replication.fanout") and n <= 0:
                     raise TopicError(ErrorCode.INVALID_CONFIG, f"config {key!r} must be positive")
                 if key in ("retention.ms", "retention.bytes") and n < -1:
                     raise TopicError(ErrorCode.INVALID_CONFIG, f"config {key!r} must be >= -1")
@@ -199,7 +389,7 @@ class TopicRegistry:
             topic = Topic(d.name, uuid.UUID(meta["topic_id"]), meta.get("configs", {}), d)
             lc = self.log_config(topic.configs)
             for i in range(meta["partitions"]):
-                topic.partitions.append(Partition(topic, i, Log(d / str(i), lc)))
+                topic.partitions.append(self._partition(topic, i, Log(d / str(i), lc)))
             self.topics[topic.name] = topic
             self.by_id[topic.topic_id] = topic
             log.info("loaded topic %s (%d partitions)", topic.name, len(topic.partitions))
@@ -214,7 +404,7 @@ class TopicRegistry:
         return t.partitions[index]
 
     def create(self, name: str, num_partitions: int, configs: dict[str, str] | None = None,
-               *, validate_only: bool = False) -> Topic | None:
+               *, validate_only: bool = False, topic_id: uuid.UUID | None = None) -> Topic | None:
         validate_topic_name(name)
         if name in self.topics:
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
@@ -228,10 +418,10 @@ class TopicRegistry:
             return None
         d = self.root / name
         d.mkdir(parents=True, exist_ok=True)
-        topic = Topic(name, uuid.uuid4(), configs, d)
+        topic = Topic(name, topic_id or uuid.uuid4(), configs, d)
         lc = self.log_config(configs)
         for i in range(num_partitions):
-            topic.partitions.append(Partition(topic, i, Log(d / str(i), lc)))
+            topic.partitions.append(self._partition(topic, i, Log(d / str(i), lc)))
         topic.save()
         self.topics[name] = topic
         self.by_id[topic.topic_id] = topic
@@ -252,7 +442,7 @@ class TopicRegistry:
             return
         lc = self.log_config(topic.configs)
         for i in range(len(topic.partitions), total):
-            topic.partitions.append(Partition(topic, i, Log(topic.directory / str(i), lc)))
+            topic.partitions.append(self._partition(topic, i, Log(topic.directory / str(i), lc)))
         topic.save()
 
     def delete(self, name: str) -> Topic:

@@ -40,6 +40,7 @@ class ApiKey(IntEnum):
     ALTER_CONFIGS = 33
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    ALTER_PARTITION_REASSIGNMENTS = 45
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
@@ -62,6 +63,7 @@ _NAMES = {
     ApiKey.DESCRIBE_CONFIGS: "DescribeConfigs", ApiKey.ALTER_CONFIGS: "AlterConfigs",
     ApiKey.CREATE_PARTITIONS: "CreatePartitions", ApiKey.DELETE_GROUPS: "DeleteGroups",
     ApiKey.INCREMENTAL_ALTER_CONFIGS: "IncrementalAlterConfigs",
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: "AlterPartitionReassignments",
     ApiKey.OFFSET_DELETE: "OffsetDelete", ApiKey.DESCRIBE_CLUSTER: "DescribeCluster",
     ApiKey.DESCRIBE_PRODUCERS: "DescribeProducers",
 }

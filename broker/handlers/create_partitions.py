@@ -14,6 +14,8 @@ MIN_VERSION, MAX_VERSION = 0, 3
 
 async def handle(ctx, request: dict, version: int) -> dict:
     broker = ctx.broker
+    if broker.cluster.enabled and not broker.cluster.is_controller:
+        return await broker.cluster.forward_to_controller(API_KEY, version, request)
     nodes = {b["node_id"] for b in broker.brokers()}
     results = []
     for t in request["topics"]:
@@ -23,7 +25,11 @@ async def handle(ctx, request: dict, version: int) -> dict:
             out.update(error_code=ErrorCode.INVALID_REPLICA_ASSIGNMENT, error_message="unknown broker in assignment")
         else:
             try:
-                broker.topics.add_partitions(t["name"], t["count"], validate_only=request.get("validate_only", False))
+                if broker.cluster.enabled:
+                    broker.cluster.add_partitions(t["name"], t["count"], request.get("validate_only", False))
+                else:
+                    broker.topics.add_partitions(t["name"], t["count"],
+                                                 validate_only=request.get("validate_only", False))
             except TopicError as e:
                 out.update(error_code=e.code, error_message=str(e))
         results.append(out)

@@ -58,7 +58,37 @@ def _create_one(broker, t: dict, validate_only: bool) -> dict:
     return out
 
 
+async def _cluster_create(broker, request: dict, version: int) -> dict:
+    """On a cluster, topics are decided by the controller (Kafka forwards CreateTopics to
+    it too); any broker accepts the request and relays the controller's answer."""
+    cluster = broker.cluster
+    if not cluster.is_controller:
+        return await cluster.forward_to_controller(API_KEY, version, request)
+    results = []
+    for t in request["topics"]:
+        out = {"name": t["name"], "topic_id": ZERO_UUID, "error_code": 0, "error_message": None,
+               "num_partitions": -1, "replication_factor": -1, "configs": None}
+        num = t["num_partitions"] if t["num_partitions"] != -1 else broker.config.num_partitions
+        if t.get("assignments"):
+            num = len(t["assignments"])
+        try:
+            img = cluster.create_topic(t["name"], num, t["replication_factor"] if not t.get("assignments")
+                                       else len(t["assignments"][0]["broker_ids"]),
+                                       {c["name"]: c["value"] for c in t.get("configs") or []},
+                                       validate_only=request.get("validate_only", False))
+        except TopicError as e:
+            out.update(error_code=e.code, error_message=str(e))
+        else:
+            out["num_partitions"] = num
+            if img is not None:
+                out.update(topic_id=img.topic_id, replication_factor=len(img.partitions[0].replicas))
+        results.append(out)
+    return {"throttle_time_ms": 0, "topics": results}
+
+
 async def handle(ctx, request: dict, version: int) -> dict:
+    if ctx.broker.cluster.enabled:
+        return await _cluster_create(ctx.broker, request, version)
     validate_only = request.get("validate_only", False)
     seen = set()
     results = []

@@ -14,7 +14,31 @@ API_KEY = ApiKey.DELETE_TOPICS
 MIN_VERSION, MAX_VERSION = 1, 6
 
 
+async def _cluster_delete(ctx, request: dict, version: int) -> dict:
+    cluster = ctx.broker.cluster
+    if not cluster.is_controller:
+        return await cluster.forward_to_controller(API_KEY, version, request)
+    wanted = ([(t.get("name"), t.get("topic_id")) for t in request["topics"]] if version >= 6
+              else [(n, None) for n in request["topic_names"]])
+    responses = []
+    for name, topic_id in wanted:
+        if name is None:
+            name = next((t.name for t in cluster.image.topics.values() if t.topic_id == topic_id), None)
+        out = {"name": name, "topic_id": topic_id or ZERO_UUID, "error_code": 0, "error_message": None}
+        try:
+            if name is None:
+                raise TopicError(ErrorCode.UNKNOWN_TOPIC_ID, "unknown topic id")
+            cluster.delete_topic(name)
+            await ctx.broker.groups.forget_topic(name)
+        except TopicError as e:
+            out["error_code"], out["error_message"] = e.code, str(e)
+        responses.append(out)
+    return {"throttle_time_ms": 0, "responses": responses}
+
+
 async def handle(ctx, request: dict, version: int) -> dict:
+    if ctx.broker.cluster.enabled:
+        return await _cluster_delete(ctx, request, version)
     registry = ctx.broker.topics
     if version >= 6:
         wanted = [(t.get("name"), t.get("topic_id")) for t in request["topics"]]

@@ -26,6 +26,8 @@ from protocol.messages import ApiKey
 from protocol.schema import ExternalBytes
 from storage import OffsetOutOfRange
 
+from ..broker import now_ms
+
 API_KEY = ApiKey.FETCH
 MIN_VERSION, MAX_VERSION = 4, 12
 
@@ -39,7 +41,7 @@ def check_leader_epoch(partition, requested: int) -> ErrorCode:
 
 
 class _PartitionRead:
-    __slots__ = ("topic_name", "request", "partition", "error", "result")
+    __slots__ = ("topic_name", "request", "partition", "error", "result", "preferred_read_replica")
 
     def __init__(self, topic_name, request, partition):
         self.topic_name = topic_name
@@ -47,9 +49,24 @@ class _PartitionRead:
         self.partition = partition
         self.error = ErrorCode.NONE
         self.result = None
+        self.preferred_read_replica = -1
 
 
-def _read_all(broker, reads: list[_PartitionRead], max_bytes: int) -> int:
+def preferred_read_replica(broker, p, rack_id: str | None) -> int:
+    """KIP-392: a leader tells a consumer whose client.rack matches a follower's rack to
+    fetch from that follower instead, so the tree's leaves carry the read load."""
+    if not rack_id or len(p.replicas) < 2:
+        return -1
+    racks = broker.racks()
+    if racks.get(p.leader) == rack_id:
+        return -1
+    for node in p.replicas[1:]:
+        if racks.get(node) == rack_id and broker.is_alive(node):
+            return node
+    return -1
+
+
+def _read_all(broker, reads: list[_PartitionRead], max_bytes: int, replica_id: int) -> int:
     """(Re)read every partition; returns the total bytes gathered."""
     budget = max_bytes
     total = 0
@@ -61,11 +78,17 @@ def _read_all(broker, reads: list[_PartitionRead], max_bytes: int) -> int:
         if p is None:
             r.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             continue
+        if not p.is_replica:
+            r.error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            continue
         r.error = check_leader_epoch(p, r.request.get("current_leader_epoch", -1))
         if r.error:
             continue
+        if r.preferred_read_replica >= 0:
+            continue
         fetch_offset = r.request["fetch_offset"]
-        hw = p.high_watermark
+        # Replicas read up to the log end; consumers never past the high watermark.
+        hw = p.log.log_end_offset if replica_id >= 0 else p.high_watermark
         if fetch_offset > hw or fetch_offset < p.log_start_offset:
             r.error = ErrorCode.OFFSET_OUT_OF_RANGE
             continue
@@ -86,6 +109,11 @@ def _read_all(broker, reads: list[_PartitionRead], max_bytes: int) -> int:
     return total
 
 
+def _hw_news(reads, replica_id: int) -> bool:
+    return any(r.partition is not None and r.partition.high_watermark > r.partition.hw_sent.get(replica_id, -1)
+               for r in reads)
+
+
 async def handle(ctx, request: dict, version: int) -> dict:
     broker = ctx.broker
     registry = broker.topics
@@ -99,10 +127,24 @@ async def handle(ctx, request: dict, version: int) -> dict:
 
     max_bytes = request.get("max_bytes", 0x7FFFFFFF)
     min_bytes = request["min_bytes"]
+    replica_id = request.get("replica_id", -1)
+    if replica_id >= 0:
+        now = now_ms()
+        for r in reads:
+            if r.partition is not None:
+                r.partition.record_replica_fetch(replica_id, r.request["fetch_offset"], now)
+    else:
+        rack = request.get("rack_id")
+        for r in reads:
+            if r.partition is not None and r.partition.is_leader:
+                r.preferred_read_replica = preferred_read_replica(broker, r.partition, rack)
     deadline = trio.current_time() + max(request["max_wait_ms"], 0) / 1000
-    total = _read_all(broker, reads, max_bytes)
-    # A Fetch naming no partitions (the Java consumer sends one on close) is answered at once.
-    while reads and total < min_bytes and not any(r.error for r in reads):
+    total = _read_all(broker, reads, max_bytes, replica_id)
+    # A Fetch naming no partitions (the Java consumer sends one on close) is answered at once;
+    # a replica is also answered as soon as the high watermark moved past what it was last
+    # told, so the HW travels down the tree without waiting for new data.
+    while (reads and total < min_bytes and not any(r.error or r.preferred_read_replica >= 0 for r in reads)
+           and not (replica_id >= 0 and _hw_news(reads, replica_id))):
         remaining = deadline - trio.current_time()
         if remaining <= 0:
             break
@@ -116,7 +158,7 @@ async def handle(ctx, request: dict, version: int) -> dict:
             p.waiters.discard(wake)
         if not wake.is_set():
             break
-        total = _read_all(broker, reads, max_bytes)
+        total = _read_all(broker, reads, max_bytes, replica_id)
 
     responses: dict[str, list] = {}
     order: list[str] = []
@@ -126,6 +168,8 @@ async def handle(ctx, request: dict, version: int) -> dict:
             order.append(r.topic_name)
         p = r.partition
         hw = p.high_watermark if p is not None else -1
+        if p is not None and replica_id >= 0:
+            p.hw_sent[replica_id] = hw
         if r.result is not None and r.result.size:
             records = ExternalBytes(r.result.size, r.result)
         else:
@@ -139,7 +183,7 @@ async def handle(ctx, request: dict, version: int) -> dict:
             "last_stable_offset": hw,
             "log_start_offset": p.log_start_offset if p is not None else -1,
             "aborted_transactions": [],
-            "preferred_read_replica": -1,
+            "preferred_read_replica": r.preferred_read_replica,
             "records": records,
         })
     return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0,

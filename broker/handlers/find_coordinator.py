@@ -21,8 +21,11 @@ def _answer(broker, key_type: int) -> dict:
         err = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if key_type == TRANSACTION else ErrorCode.INVALID_REQUEST
         return {"error_code": err, "error_message": "canopy does not support transactions"
                 if key_type == TRANSACTION else "unknown key type", "node_id": -1, "host": "", "port": -1}
-    host, port = broker.advertised
-    return {"error_code": 0, "error_message": None, "node_id": broker.node_id, "host": host, "port": port}
+    # One coordinator per group, whichever broker is asked: on a cluster, the controller
+    # (its __consumer_offsets log is local to it).
+    node = broker.controller_id
+    b = next(b for b in broker.brokers() if b["node_id"] == node)
+    return {"error_code": 0, "error_message": None, "node_id": node, "host": b["host"], "port": b["port"]}
 
 
 async def handle(ctx, request: dict, version: int) -> dict:

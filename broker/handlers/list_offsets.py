@@ -19,11 +19,16 @@ MIN_VERSION, MAX_VERSION = 1, 8
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
 
 
-def lookup(partition, timestamp: int) -> tuple[ErrorCode, int, int]:
+DEBUGGING_REPLICA_ID = -2
+
+
+def lookup(partition, timestamp: int, replica_id: int = -1) -> tuple[ErrorCode, int, int]:
     """(error, offset, timestamp) for one ListOffsets spec."""
     lg = partition.log
     if timestamp == LATEST:
-        return ErrorCode.NONE, partition.high_watermark, -1
+        # Consumers see the high watermark; replicas and Kafka's "debugging consumer" (-2,
+        # used by the controller to compare candidates) see the log end offset.
+        return ErrorCode.NONE, (partition.high_watermark if replica_id == -1 else lg.log_end_offset), -1
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return ErrorCode.NONE, lg.log_start_offset, -1
     if timestamp == MAX_TIMESTAMP:
@@ -39,6 +44,7 @@ def lookup(partition, timestamp: int) -> tuple[ErrorCode, int, int]:
 
 async def handle(ctx, request: dict, version: int) -> dict:
     registry = ctx.broker.topics
+    replica_id = request.get("replica_id", -1)
     topics = []
     for t in request["topics"]:
         topic = registry.get(t["name"])
@@ -47,12 +53,14 @@ async def handle(ctx, request: dict, version: int) -> dict:
             idx = pr["partition_index"]
             out = {"partition_index": idx, "error_code": 0, "timestamp": -1, "offset": -1, "leader_epoch": -1}
             p = topic.partitions[idx] if topic is not None and 0 <= idx < len(topic.partitions) else None
-            if p is None:
+            if p is None or not p.is_replica:
                 out["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif replica_id != DEBUGGING_REPLICA_ID and not p.is_leader:
+                out["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER   # as Kafka: ask the leader
             else:
                 err = check_leader_epoch(p, pr.get("current_leader_epoch", -1))
                 if not err:
-                    err, out["offset"], out["timestamp"] = lookup(p, pr["timestamp"])
+                    err, out["offset"], out["timestamp"] = lookup(p, pr["timestamp"], replica_id)
                 out["error_code"] = err
                 out["leader_epoch"] = p.leader_epoch
             parts.append(out)

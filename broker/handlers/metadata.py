@@ -32,9 +32,91 @@ def topic_metadata(broker, topic, version: int) -> dict:
     }
 
 
+def cluster_topic_metadata(broker, t) -> dict:
+    """From the metadata image, so every broker answers the same: leader = tree root,
+    replicas = the tree in breadth-first order, ISR = the synchronous tier (the leader and
+    its direct children; deeper tiers replicate asynchronously)."""
+    from replication.tree import children_of
+    return {
+        "error_code": 0, "name": t.name, "topic_id": t.topic_id, "is_internal": False,
+        "partitions": [{
+            "error_code": 0, "partition_index": i, "leader_id": p.leader, "leader_epoch": p.leader_epoch,
+            "replica_nodes": list(p.replicas),
+            "isr_nodes": [p.leader, *children_of(p.replicas, p.leader, t.fanout)],
+            "offline_replicas": [],   # identical on every broker: liveness is the controller's
+        } for i, p in enumerate(t.partitions)],
+    }
+
+
+async def _cluster_handle(ctx, request: dict, version: int, auto_create: bool) -> list:
+    from protocol.messages import ApiKey as K
+    from ..topics import validate_topic_name
+    broker = ctx.broker
+    cluster = broker.cluster
+    image = cluster.image
+    requested = request.get("topics")
+    if version == 0 and requested == []:
+        requested = None
+    if requested is None:
+        return [cluster_topic_metadata(broker, t) for t in image.topics.values()]
+    out = []
+    for entry in requested:
+        name = entry.get("name")
+        t = image.topics.get(name) if name is not None else next(
+            (x for x in image.topics.values() if x.topic_id == entry.get("topic_id")), None)
+        if t is None and name is not None and auto_create:
+            try:
+                validate_topic_name(name)
+            except TopicError as e:
+                out.append({"error_code": e.code, "name": name, "topic_id": ZERO_UUID, "partitions": []})
+                continue
+            await _create_in_cluster(broker, name)
+            t = image.topics.get(name)
+            if t is None:
+                # Still travelling through the metadata log: clients retry on this code.
+                out.append({"error_code": ErrorCode.LEADER_NOT_AVAILABLE, "name": name,
+                            "topic_id": ZERO_UUID, "partitions": []})
+                continue
+        if t is None:
+            out.append({"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None
+                        else ErrorCode.UNKNOWN_TOPIC_ID, "name": name,
+                        "topic_id": entry.get("topic_id") or ZERO_UUID, "partitions": []})
+            continue
+        out.append(cluster_topic_metadata(broker, t))
+    return out
+
+
+async def _create_in_cluster(broker, name: str) -> None:
+    """Auto-creation goes to the controller; wait briefly for the record to arrive here."""
+    import trio
+    from protocol.messages import ApiKey as K
+    from replication.client import PeerError
+    cluster = broker.cluster
+    if cluster.is_controller:
+        try:
+            cluster.create_topic(name, broker.config.num_partitions, -1, {})
+        except TopicError:
+            pass
+        return
+    try:
+        await cluster.forward_to_controller(K.CREATE_TOPICS, 5, {"topics": [{
+            "name": name, "num_partitions": -1, "replication_factor": -1}], "timeout_ms": 5000})
+    except PeerError:
+        return
+    with trio.move_on_after(5):
+        while name not in cluster.image.topics:
+            await cluster.changed().wait()
+
+
 async def handle(ctx, request: dict, version: int) -> dict:
     broker = ctx.broker
     registry = broker.topics
+    if broker.cluster.enabled:
+        auto = (request.get("allow_auto_topic_creation", True) if version >= 4 else True) \
+            and broker.config.auto_create_topics
+        return {"throttle_time_ms": 0, "brokers": broker.brokers(), "cluster_id": broker.config.cluster_id,
+                "controller_id": broker.controller_id,
+                "topics": await _cluster_handle(ctx, request, version, auto)}
     requested = request.get("topics")
     if version == 0 and requested == []:
         requested = None

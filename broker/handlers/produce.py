@@ -35,7 +35,7 @@ def _partition_response(index: int, error: int, base_offset: int = -1, log_appen
             "record_errors": [], "error_message": message}
 
 
-def produce_to_partition(broker, partition, records, version: int) -> dict:
+def produce_to_partition(broker, partition, records, version: int, acks: int = 1) -> dict:
     """Validate one partition's batch and append it. Returns the partition response."""
     index = partition.index
     if records is None or len(records) == 0:
@@ -54,6 +54,13 @@ def produce_to_partition(broker, partition, records, version: int) -> dict:
         return _partition_response(index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                    message="canopy does not support transactions")
     lg = partition.log
+    if acks == -1 and len(partition.replicas) > 1:
+        # Kafka checks min.insync.replicas before appending: with too few in-sync
+        # replicas an acks=all write could not be committed, so it is not written.
+        isr = partition.isr(now_ms())
+        if len(isr) < min_insync_replicas(broker, partition):
+            return _partition_response(index, ErrorCode.NOT_ENOUGH_REPLICAS,
+                                       message=f"ISR {isr} is smaller than min.insync.replicas")
     if len(records) > lg.config.max_message_bytes:
         return _partition_response(index, ErrorCode.MESSAGE_TOO_LARGE,
                                    message=f"batch of {len(records)} bytes exceeds max.message.bytes "
@@ -80,9 +87,14 @@ def produce_to_partition(broker, partition, records, version: int) -> dict:
         return _partition_response(index, ErrorCode.KAFKA_STORAGE_ERROR, message=str(e))
     partition.producers.record(header.producer_id, header.producer_epoch, header.base_sequence,
                                header.last_offset_delta, result.base_offset, header.max_timestamp)
-    partition.notify_append()
+    partition.on_leader_append(result.base_offset)
     broker.flusher.mark_dirty(lg)
     return _partition_response(index, 0, result.base_offset, append_time, lg.log_start_offset)
+
+
+def min_insync_replicas(broker, partition) -> int:
+    value = partition.topic.configs.get("min.insync.replicas")
+    return int(value) if value else broker.config.min_insync_replicas
 
 
 async def handle(ctx, request: dict, version: int) -> dict | None:
@@ -90,6 +102,7 @@ async def handle(ctx, request: dict, version: int) -> dict | None:
     acks = request["acks"]
     responses = []
     appended = False
+    committed_waits = []   # (partition, next offset, response) for acks=all
     for topic_data in request["topic_data"]:
         name = topic_data["name"]
         topic = broker.topics.get(name)
@@ -100,15 +113,36 @@ async def handle(ctx, request: dict, version: int) -> dict | None:
                 parts.append(_partition_response(index, ErrorCode.INVALID_REQUIRED_ACKS))
             elif version < 3:
                 parts.append(_partition_response(index, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT))
-            elif topic is None or not 0 <= index < len(topic.partitions):
+            elif topic is None or not 0 <= index < len(topic.partitions) or not topic.partitions[index].is_replica:
                 parts.append(_partition_response(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            elif not topic.partitions[index].is_leader or not broker.cluster.ready:
+                # (A restarted ex-leader is not ready until its metadata is current: it
+                # must not take writes on the strength of a stale tree.)
+                # Seed 000: commands go upstream. A follower forwards the write towards the
+                # leader and relays its answer, so a producer behind a load balancer that
+                # reaches any broker still succeeds.
+                parts.append(await broker.cluster.forward_produce(
+                    topic.partitions[index], pd["records"], acks, request["timeout_ms"], version))
             else:
-                r = produce_to_partition(broker, topic.partitions[index], pd["records"], version)
-                appended |= r["error_code"] == 0
+                p = topic.partitions[index]
+                r = produce_to_partition(broker, p, pd["records"], version, acks)
+                if r["error_code"] == 0:
+                    appended = True
+                    if acks == -1 and len(p.replicas) > 1:
+                        committed_waits.append((p, p.log.log_end_offset, r))
                 parts.append(r)
         responses.append({"name": name, "partition_responses": parts})
     if acks == 0:
         return None
     if appended:
         await broker.flusher.wait_durable()
+    timeout_s = max(request["timeout_ms"], 0) / 1000
+    for p, offset, r in committed_waits:
+        # acks=all: answer once the high watermark covers the batch, i.e. every in-sync
+        # replica (leader counted) has it. Deeper tiers of the tree replicate asynchronously.
+        if not await p.wait_for_high_watermark(offset, timeout_s):
+            isr = p.isr(now_ms())
+            r["error_code"] = (ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+                               if len(isr) < min_insync_replicas(broker, p) else ErrorCode.REQUEST_TIMED_OUT)
+            r["error_message"] = f"not replicated to the ISR {isr} within {request['timeout_ms']} ms"
     return {"responses": responses, "throttle_time_ms": 0}

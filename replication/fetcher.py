@@ -1,0 +1,151 @@
+"""A follower's fetch loop towards one upstream (the leader or another follower).
+
+It is the Kafka replica fetcher: Fetch with replica_id = our node id, starting at our log
+end offset, appending the upstream's batches byte for byte (same offsets, same CRCs,
+same leader epochs) and taking the high watermark from each response. Before fetching
+for a partition whose leader epoch changed, it asks the upstream where its own log
+diverged (OffsetForLeaderEpoch, KIP-101/279) and truncates the divergent tail.
+
+The partitions are duck-typed (``log``, ``append_replicated``, ``truncate_to``,
+``set_follower_high_watermark``, ``latest_epoch``, ``end_offset_for_epoch``,
+``needs_truncation``, ``leader_epoch``), so this module does not depend on broker/.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import trio
+
+from protocol.errors import ErrorCode
+from protocol.messages import ApiKey
+from protocol.records import InvalidRecordBatch
+
+from .client import PeerConnection, PeerError
+
+log = logging.getLogger("canopy.replication")
+
+FETCH_VERSION = 12
+OFFSET_FOR_LEADER_EPOCH_VERSION = 4
+PARTITION_MAX_BYTES = 8 << 20
+RESPONSE_MAX_BYTES = 64 << 20
+
+
+class UpstreamFetcher:
+    def __init__(self, node_id: int, upstream_id: int, address: tuple[str, int],
+                 partitions: Callable[[], list], on_appended: Callable[[object], None],
+                 wait_ms: int = 500, changed: Callable[[], trio.Event] | None = None):
+        self.node_id = node_id
+        self.upstream_id = upstream_id
+        self.address = address
+        self.partitions = partitions
+        self.on_appended = on_appended
+        self.wait_ms = wait_ms
+        self.changed = changed
+        self.conn = PeerConnection(address[0], address[1], client_id=f"canopy-replica-{node_id}")
+        self.caught_up = trio.Event()   # set after the first full round without errors
+
+    async def run(self) -> None:
+        backoff = 0.05
+        try:
+            while True:
+                parts = self.partitions()
+                if not parts:
+                    if self.changed is not None:
+                        await self.changed().wait()
+                    else:
+                        await trio.sleep(0.2)
+                    continue
+                try:
+                    await self._truncate_if_needed([p for p in parts if p.needs_truncation])
+                    await self._fetch_once([p for p in parts if not p.needs_truncation])
+                    backoff = 0.05
+                except PeerError as e:
+                    log.debug("fetch from node %d failed: %s", self.upstream_id, e)
+                    await trio.sleep(backoff)
+                    backoff = min(backoff * 2, 1.0)
+        finally:
+            await self.conn.aclose()
+
+    async def _truncate_if_needed(self, parts: list) -> None:
+        if not parts:
+            return
+        by_topic: dict[str, list] = {}
+        for p in parts:
+            by_topic.setdefault(p.topic.name, []).append(p)
+        resp = await self.conn.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION, {
+            "replica_id": self.node_id,
+            "topics": [{"topic": t, "partitions": [
+                {"partition": p.index, "current_leader_epoch": p.leader_epoch, "leader_epoch": p.latest_epoch()}
+                for p in ps]} for t, ps in by_topic.items()]})
+        index = {(t["topic"], r["partition"]): r for t in resp["topics"] for r in t["partitions"]}
+        for p in parts:
+            r = index.get((p.topic.name, p.index))
+            if r is None or r["error_code"]:
+                continue   # upstream not ready for this epoch yet; try again next round
+            end_offset, epoch = r["end_offset"], r["leader_epoch"]
+            if end_offset >= 0:
+                target = end_offset
+                if 0 <= epoch < p.latest_epoch():
+                    # The upstream's last common epoch is older than ours: our entries for
+                    # later epochs are divergent, so cut at the end of that common epoch too.
+                    target = min(target, p.end_offset_for_epoch(epoch)[1])
+                if target < p.log.log_end_offset:
+                    p.truncate_to(target)
+            p.needs_truncation = False
+
+    async def _fetch_once(self, parts: list) -> None:
+        if not parts:
+            await trio.sleep(0.05)
+            return
+        by_topic: dict[str, list] = {}
+        for p in parts:
+            by_topic.setdefault(p.topic.name, []).append(p)
+        request = {
+            "replica_id": self.node_id, "max_wait_ms": self.wait_ms, "min_bytes": 1,
+            "max_bytes": RESPONSE_MAX_BYTES, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": t, "partitions": [{
+                "partition": p.index, "current_leader_epoch": p.leader_epoch,
+                "fetch_offset": p.log.log_end_offset, "last_fetched_epoch": p.latest_epoch(),
+                "log_start_offset": p.log.log_start_offset, "partition_max_bytes": PARTITION_MAX_BYTES}
+                for p in ps]} for t, ps in by_topic.items()],
+            "forgotten_topics_data": [], "rack_id": "",
+        }
+        resp = await self.conn.request(ApiKey.FETCH, FETCH_VERSION, request, timeout=self.wait_ms / 1000 + 30)
+        if resp.get("error_code"):
+            await trio.sleep(0.1)
+            return
+        index = {(t["topic"], r["partition_index"]): r for t in resp["responses"] for r in t["partitions"]}
+        for p in parts:
+            r = index.get((p.topic.name, p.index))
+            if r is None:
+                continue
+            self._apply(p, r)
+
+    def _apply(self, p, r: dict) -> None:
+        err = r["error_code"]
+        if err == ErrorCode.OFFSET_OUT_OF_RANGE:
+            if p.log.log_end_offset < r["log_start_offset"]:
+                # Everything we have is below the upstream's log start (retention or
+                # DeleteRecords ran there): start over at its log start.
+                p.log.truncate_fully_and_start_at(r["log_start_offset"])
+            else:
+                p.needs_truncation = True   # our log is longer than the upstream's: diverged
+            return
+        if err:
+            return   # epoch fencing / not a replica yet: metadata will catch up
+        records = r["records"]
+        if records:
+            try:
+                p.append_replicated(records)
+            except InvalidRecordBatch as e:
+                # Corrupt in transit, or batches that do not continue our log (we hold a
+                # tail the upstream does not): reconcile with the upstream, then refetch.
+                log.warning("replicated batch for %s-%d from node %d rejected (%s); reconciling",
+                            p.topic.name, p.index, self.upstream_id, e)
+                p.needs_truncation = True
+                return
+        if r["log_start_offset"] > p.log.log_start_offset and r["log_start_offset"] <= p.log.log_end_offset:
+            p.log.delete_records_before(r["log_start_offset"])
+        p.set_follower_high_watermark(r["high_watermark"])
+        self.on_appended(p)

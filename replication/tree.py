@@ -1,0 +1,80 @@
+"""Replication trees (seed 000: "a slave can have slaves": 8 splits over 4 hops reach
+4096 leaves).
+
+A partition's replica list is kept in breadth-first order of its tree: replicas[0] is
+the root, which is the leader, and the parent of replicas[i] is replicas[(i - 1) // fanout].
+So the list that Metadata reports as "replicas" is also the whole tree, and every broker
+that knows the list and the fan-out derives the same parent/children for every replica.
+Only the leader's direct children are candidates for the ISR; deeper tiers replicate
+asynchronously from their own upstream.
+"""
+from __future__ import annotations
+
+
+def parent_of(replicas: list[int], node: int, fanout: int) -> int | None:
+    """The upstream a replica fetches from; None for the leader or a non-replica."""
+    try:
+        i = replicas.index(node)
+    except ValueError:
+        return None
+    return None if i == 0 else replicas[(i - 1) // fanout]
+
+
+def children_of(replicas: list[int], node: int, fanout: int) -> list[int]:
+    try:
+        i = replicas.index(node)
+    except ValueError:
+        return []
+    first = i * fanout + 1
+    return replicas[first:first + fanout]
+
+
+def depth_of(replicas: list[int], node: int, fanout: int) -> int:
+    i = replicas.index(node)
+    d = 0
+    while i:
+        i = (i - 1) // fanout
+        d += 1
+    return d
+
+
+def promote(replicas: list[int], new_leader: int, demoted: int | None = None) -> list[int]:
+    """The tree after ``new_leader`` takes over: it becomes the root, the others keep their
+    breadth-first order (so most replicas keep a nearby upstream), and the replaced leader
+    (``demoted``) moves to the end, a leaf: when it returns it rejoins as a follower and
+    must first truncate what was never committed."""
+    rest = [r for r in replicas if r not in (new_leader, demoted)]
+    out = [new_leader, *rest]
+    if demoted is not None and demoted in replicas and demoted != new_leader:
+        out.append(demoted)
+    return out
+
+
+def assign_replicas(brokers: list[int], partition: int, replication_factor: int,
+                    controller: int | None = None) -> list[int]:
+    """Spread leaders over brokers by rotating the sorted broker list per partition.
+
+    The controller goes last — the deepest leaf — whenever there are other brokers: it
+    must survive a leader's failure to promote a replacement (controller failover is out
+    of scope), so it should not be the leader that fails."""
+    others = sorted(b for b in brokers if b != controller)
+    n = len(others)
+    rotated = [others[(partition + k) % n] for k in range(n)]
+    if controller in brokers:
+        rotated.append(controller)
+    return rotated[:min(replication_factor, len(rotated))]
+
+
+def render(replicas: list[int], fanout: int) -> list[str]:
+    """Indented lines showing the tree, for `canopy cluster describe`."""
+    lines: list[str] = []
+
+    def walk(node: int, depth: int) -> None:
+        role = "leader" if depth == 0 else f"tier {depth}"
+        lines.append(f"{'  ' * depth}{node} ({role})")
+        for c in children_of(replicas, node, fanout):
+            walk(c, depth + 1)
+
+    if replicas:
+        walk(replicas[0], 0)
+    return lines
