@@ -115,6 +115,8 @@ _INITIAL_INDEX_ENTRIES = 256
 LARGE_WRITE = 128 << 10
 # Same-boot recovery still re-verifies this much of a segment's tail.
 SAME_BOOT_TAIL_CHECK = 64 << 10
+# Recovery checks this many of an index's last entries for consistency.
+INDEX_TAIL_CHECK = 4096
 
 
 def _read_boot_id() -> bytes:
@@ -279,16 +281,25 @@ class Segment:
         # then zeros — so "end <= committed and size > 0" is a monotone predicate.
         n = self._bisect_count(lambda i: self._entry_end(i) <= committed and self._entry_size(i) > 0,
                                capacity)
-        rebuilt = not header_ok and committed > 0
-        if n and (self._entry_end(n - 1) != committed or self._entry_pos(0) != 0):
-            n = 0  # the index disagrees with the committed length: rebuild it
-            rebuilt = True
-        elif not n and committed > 0:
-            rebuilt = True
-        # Keep the entries whose batches were fsynced (or, after a mere process
-        # crash, all but the last 64 KiB); re-verify the rest from the data.
-        trusted = max(flushed, committed - SAME_BOOT_TAIL_CHECK) if same_boot and n else flushed
-        keep = self._bisect_count(lambda i: self._entry_end(i) <= trusted, n)
+        # The index has no checksum: its last entries are checked for consistency
+        # (contiguous offsets and positions) and must end exactly at ``committed``.
+        good = self._consistent_prefix(n)
+        rebuilt = (not header_ok and committed > 0) or good < n or (n == 0 and committed > 0) \
+            or (n > 0 and self._entry_end(n - 1) != committed)
+        if rebuilt:
+            # Damaged index or committed length: neither is trusted beyond the
+            # consistent entries; every CRC-valid batch the file holds after them
+            # is re-indexed (a batch is complete before it is committed, so this
+            # only ever adds whole, checked batches).
+            keep, committed = good, file_size
+        else:
+            # Keep the entries whose batches were fsynced (or, after a mere process
+            # crash, all but the last 64 KiB); re-verify the rest from the data.
+            trusted = max(flushed, committed - SAME_BOOT_TAIL_CHECK) if same_boot and n else flushed
+            # The last 64 KiB are re-checked even when fsynced: a torn or scribbled
+            # tail is where damage lands, and checking it costs ~1 ms per segment.
+            trusted = min(trusted, committed - SAME_BOOT_TAIL_CHECK)
+            keep = self._bisect_count(lambda i: self._entry_end(i) <= trusted, n)
         pos = self._entry_end(keep - 1) if keep else 0
         last_offset = self._entry_last(keep - 1) if keep else self.base_offset - 1
         self.entries = keep
@@ -305,8 +316,10 @@ class Segment:
                     except InvalidRecordBatch:
                         truncated = True
                         break
-                    if h.base_offset <= last_offset or h.base_offset < self.base_offset:
-                        truncated = True  # offsets must grow: a stale or foreign batch
+                    if h.base_offset != last_offset + 1:
+                        # offsets are contiguous (canopy never compacts): a stale,
+                        # foreign or scribbled-on batch (baseOffset is outside the CRC)
+                        truncated = True
                         break
                     self._put_entry(h.base_offset, h.last_offset, h.max_timestamp, pos, h.total_size)
                     last_offset = h.last_offset
@@ -329,6 +342,29 @@ class Segment:
         if file_size != pos:
             os.ftruncate(self.log_fd, pos)
         return truncated
+
+    def _consistent_prefix(self, n: int) -> int:
+        """How many of the first ``n`` index entries are consistent with each
+        other: contiguous offsets and positions, positive sizes, a running max
+        timestamp that never falls.  Only the last INDEX_TAIL_CHECK entries are
+        examined (the first one too), keeping restarts of big logs fast; damage
+        is expected where the last writes were."""
+        if n == 0:
+            return 0
+        ix, s = self._ix, _SLOT0
+        first = max(0, n - INDEX_TAIL_CHECK)
+        if self._entry_base(0) < self.base_offset or self._entry_pos(0) != 0:
+            return 0
+        prev_last = self._entry_last(first - 1) if first else self._entry_base(0) - 1
+        prev_end = self._entry_end(first - 1) if first else 0
+        prev_ts = self._entry_maxts(first - 1) if first else -(1 << 63)
+        for i in range(first, n):
+            base, last, ts, v = ix[s + 4 * i], ix[s + 4 * i + 1], ix[s + 4 * i + 2], ix[s + 4 * i + 3]
+            pos, size = v & 0xFFFFFFFF, v >> 32
+            if base != prev_last + 1 or last < base or pos != prev_end or size <= 0 or ts < prev_ts:
+                return i
+            prev_last, prev_end, prev_ts = last, pos + size, ts
+        return n
 
     def _bisect_count(self, pred, hi: int) -> int:
         lo = 0
