@@ -31,6 +31,20 @@ log = logging.getLogger("canopy.server")
 RECEIVE_SIZE = 256 * 1024
 _conn_ids = count(1)
 
+# Slow readers are cut off rather than buffered for (seed 000: "if a non-blocking write
+# is unable to write data, we just drop the connection"): a response goes out straight
+# from its encoded bytes and the segment files, never queued per connection, so each
+# connection holds at most one response; one that makes no progress for this long —
+# the socket buffer full because the client stopped reading — closes the connection.
+SEND_TIMEOUT_S = int(os.environ.get("CANOPY_SEND_TIMEOUT_MS", "30000")) / 1000
+# A connection idle this long gives back its receive buffer (256 KiB); thousands of
+# idle clients then cost a socket and a task each, not a quarter MiB each.
+IDLE_RELEASE_S = 5.0
+
+
+class StalledReader(Exception):
+    """The peer accepted no bytes for SEND_TIMEOUT_S."""
+
 
 class StartupError(Exception):
     """Printed by the CLI as one line (busy port, locked data directory, ...)."""
@@ -54,16 +68,29 @@ class Connection:
             self.peer = "%s:%s" % stream.socket.getpeername()[:2]
         except OSError:
             self.peer = "?"
-        self.reader = FrameReader(broker.config.max_request_bytes)
+        # Allocated when the first bytes arrive and dropped again while idle.
+        self.reader: FrameReader | None = None
 
     async def run(self) -> None:
         sock = self.stream.socket
         try:
             while True:
+                if self.reader is None:
+                    await trio.lowlevel.wait_readable(sock)
+                    self.reader = FrameReader(self.broker.config.max_request_bytes)
                 request = self.reader.next_frame()
                 if request is None:
                     # Receive straight into the reader's buffer: a large Produce is copied
                     # once by the kernel here and once by storage into the segment.
+                    if self.reader.buffered == 0:
+                        with trio.move_on_after(IDLE_RELEASE_S):
+                            n = await sock.recv_into(self.reader.get_buffer())
+                            if not n:
+                                return
+                            self.reader.commit(n)
+                            continue
+                        self.reader = None  # idle: release the buffer
+                        continue
                     n = await sock.recv_into(self.reader.get_buffer())
                     if not n:
                         return
@@ -72,6 +99,8 @@ class Connection:
                 if not await self.process(request):
                     return
         except FrameTooLarge as e:
+            log.warning("closing connection %s from %s: %s", self.id, self.peer, e)
+        except StalledReader as e:
             log.warning("closing connection %s from %s: %s", self.id, self.peer, e)
         except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
             pass
@@ -139,8 +168,20 @@ class Connection:
         await self.send_bytes(payload[at:])
 
     async def send_bytes(self, data: bytes) -> None:
-        if data:
-            await self.stream.send_all(data)
+        if not data:
+            return
+        sock = self.stream.socket
+        view = memoryview(data)
+        while view:
+            with trio.move_on_after(SEND_TIMEOUT_S):
+                try:
+                    sent = await sock.send(view)
+                except OSError as e:
+                    raise trio.BrokenResourceError from e
+                view = view[sent:]
+                continue
+            raise StalledReader(f"peer read nothing for {SEND_TIMEOUT_S:g} s; "
+                                f"{len(view)} bytes of a response unsent")
 
     async def send_external(self, ext: ExternalBytes) -> None:
         """Record batches straight from segment files to the socket (zero-copy)."""
@@ -150,8 +191,12 @@ class Connection:
                 try:
                     sent = os.sendfile(sock.fileno(), fd, position, size)
                 except BlockingIOError:
-                    await sock.wait_writable()
-                    continue
+                    with trio.move_on_after(SEND_TIMEOUT_S):
+                        await sock.wait_writable()
+                        continue
+                    ext.source.release()
+                    raise StalledReader(f"peer read nothing for {SEND_TIMEOUT_S:g} s "
+                                        f"during a fetch ({size} record bytes unsent)")
                 except OSError as e:
                     if e.errno in (errno.EPIPE, errno.ECONNRESET):
                         raise trio.BrokenResourceError from e
