@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 CACHE  := .cache
 
-.PHONY: run test venv test-deps kcat docker-compose jars kp2 bench clean
+.PHONY: run test venv test-deps kcat docker-compose jars kp2 bench clean pipeline
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,11 @@ test-deps: venv kcat docker-compose jars kp2
 
 test: test-deps
 	$(PY) -m pytest -q -p no:cacheprovider tests
+
+# The example Spark pipeline (docs/spark.md): click events -> windowed counts in out/ and
+# topic click-counts; starts a broker on 127.0.0.1:9092 if none is listening.
+pipeline: venv
+	$(PY) -m pipelines.run
 
 bench: venv
 	$(PY) bench/run.py
