@@ -40,11 +40,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--replica-lag-time-max-ms", dest="replica_lag_time_max_ms", type=int)
     s.add_argument("--leader-failure-timeout-ms", dest="leader_failure_timeout_ms", type=int)
     s.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
+    from . import admin_cli
+    admin_cli.add_parser(sub)   # `canopy cluster describe|promote`
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "cluster":
+        from .admin_cli import run
+        return run(args)
     if args.command == "serve":
         cli = {k: v for k, v in vars(args).items() if k != "command" and v is not None}
         try:

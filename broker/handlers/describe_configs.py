@@ -34,6 +34,8 @@ def broker_configs(broker) -> dict[str, str]:
         "log.retention.bytes": str(c.log_retention_bytes), "log.segment.bytes": str(c.log_segment_bytes),
         "message.max.bytes": str(c.message_max_bytes), "socket.request.max.bytes": str(c.max_request_bytes),
         "canopy.flush": c.flush, "broker.rack": c.rack or "",
+        # default children per replica of new topics' trees (`canopy cluster describe` reads it)
+        "canopy.fanout": str(c.fanout),
     }
 
 
