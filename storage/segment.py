@@ -529,6 +529,10 @@ class Segment:
             # Big batches: pwrite into the page cache directly, which beats
             # pre-faulting + copying through the mapping ~2x (no page zeroing,
             # no PTEs); the patch below then maps only the first page.
+            # Allocate first: a short pwrite on a full disk would keep the blocks
+            # it took; a failed fallocate takes nothing.
+            if end > self._faulted:
+                _allocate(self.log_fd, self._faulted, _round_up(end) - self._faulted)
             try:
                 written = os.pwrite(self.log_fd, batch, pos)
             except OSError as e:
