@@ -1,0 +1,177 @@
+"""`canopy cluster describe` and `canopy cluster promote` against a real 3-broker cluster:
+three `canopy serve` processes on 127.0.0.11/.12/.13 (one port, as containers would each
+have their own address), node 1 the controller. The CLI runs as a real process too."""
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from tests.e2e.conftest import CANOPY, BrokerProcess, free_port
+from tests.e2e.rawclient import RawClient
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+HOSTS = {1: "127.0.0.11", 2: "127.0.0.12", 3: "127.0.0.13"}
+
+
+@pytest.fixture
+def cluster3(tmp_path):
+    port = free_port(HOSTS[1])
+    peers = ",".join(f"{n}@{h}:{port}/rack-{n}" for n, h in HOSTS.items())
+    brokers = {}
+    try:
+        for n, h in HOSTS.items():
+            b = BrokerProcess(tmp_path / f"node{n}", port=port, host=h,
+                              extra_args=["--node-id", str(n), "--rack", f"rack-{n}"],
+                              env={"CANOPY_PEERS": peers, "CANOPY_CONTROLLER": "1", "CANOPY_FANOUT": "2",
+                                   "CANOPY_MIN_INSYNC_REPLICAS": "2"})
+            brokers[n] = b
+            b.start()
+        yield brokers
+    finally:
+        for b in brokers.values():
+            b.stop()
+
+
+def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([str(CANOPY), "cluster", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def metadata(bootstrap: str, topic: str) -> dict:
+    """{partition: (leader, leader_epoch, replicas, isr)} as one broker reports it."""
+    c = RawClient(bootstrap)
+    try:
+        r = c.request(3, 12, {"topics": [{"name": topic}], "allow_auto_topic_creation": False})
+    finally:
+        c.close()
+    t = r["topics"][0]
+    assert t["error_code"] == 0, t
+    return {p["partition_index"]: (p["leader_id"], p["leader_epoch"], list(p["replica_nodes"]), list(p["isr_nodes"]))
+            for p in t["partitions"]}
+
+
+def wait_for(cond, what: str, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            v = cond()
+            if v:
+                return v
+        except (OSError, AssertionError, KeyError, IndexError) as e:
+            last = e
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what} ({last!r})")
+
+
+def create_topic(brokers, name: str, partitions: int = 1, configs: dict | None = None) -> None:
+    admin = AdminClient({"bootstrap.servers": brokers[2].bootstrap})
+    admin.create_topics([NewTopic(name, partitions, -1, config=configs or {})])[name].result(15)
+    # every broker applied the metadata record and the ISR holds all direct children
+    wait_for(lambda: all(len(metadata(b.bootstrap, name)) == partitions for b in brokers.values()),
+             f"{name} on every broker")
+
+
+def test_describe_shows_brokers_controller_and_trees(cluster3):
+    create_topic(cluster3, "wide", partitions=2)
+    create_topic(cluster3, "chain", configs={"replication.fanout": "1"})
+    wait_for(lambda: all(len(isr) == 3 for _, _, _, isr in metadata(cluster3[1].bootstrap, "wide").values()),
+             "full ISR of wide")
+    r = cli("describe", "--bootstrap", cluster3[3].bootstrap)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    port = cluster3[1].port
+    for n, h in HOSTS.items():
+        assert f"  {n}  {h}:{port}  rack=rack-{n}" in out, out
+    assert f"  1  127.0.0.11:{port}  rack=rack-1  (controller)" in out
+    assert "(controller)" not in out.replace(f"  1  127.0.0.11:{port}  rack=rack-1  (controller)", "")
+    md = metadata(cluster3[1].bootstrap, "wide")
+    assert "topic wide  partitions 2  fanout 2" in out, out
+    for i, (leader, epoch, replicas, isr) in md.items():
+        assert (f"  partition {i}  leader {leader}  epoch {epoch}  replicas [{','.join(map(str, replicas))}]"
+                in out), out
+        # fanout 2, three replicas: the leader and two direct children
+        a, b, c = replicas
+        assert f"    {a} (leader)\n      {b} (tier 1)\n      {c} (tier 1)\n" in out, out
+    # a per-topic replication.fanout of 1 makes a chain: leader -> child -> grandchild
+    assert "topic chain  partitions 1  fanout 1" in out, out
+    a, b, c = metadata(cluster3[1].bootstrap, "chain")[0][2]
+    assert f"    {a} (leader)\n      {b} (tier 1)\n        {c} (tier 2)" in out, out
+    # --topic narrows the output; every broker describes the same trees
+    only = cli("describe", "--bootstrap", cluster3[1].bootstrap, "--topic", "chain")
+    assert only.returncode == 0, only.stderr
+    assert "topic chain" in only.stdout and "topic wide" not in only.stdout
+    chain_section = "topic chain" + out.split("topic chain", 1)[1].split("\ntopic ", 1)[0].rstrip("\n")
+    assert only.stdout.rstrip("\n").endswith(chain_section), (only.stdout, chain_section)
+
+
+def test_promote_changes_leader_and_producing_continues(cluster3):
+    topic = "promoted"
+    create_topic(cluster3, topic)
+    leader, epoch, replicas, _ = metadata(cluster3[1].bootstrap, topic)[0]
+    wait_for(lambda: len(metadata(cluster3[leader].bootstrap, topic)[0][3]) == 3, "full ISR")
+    bootstrap = ",".join(b.bootstrap for b in cluster3.values())
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 5, "topic.metadata.refresh.interval.ms": 1000})
+    errors = []
+
+    def send(lo: int, hi: int) -> None:
+        for i in range(lo, hi):
+            producer.produce(topic, b"m%06d" % i, on_delivery=lambda err, msg: err and errors.append(err))
+            producer.poll(0)
+        assert producer.flush(60) == 0
+
+    send(0, 2000)
+    assert not errors, errors
+    target = replicas[1]          # a direct child, in the ISR
+    r = cli("promote", topic, "0", str(target), "--bootstrap", cluster3[3].bootstrap)
+    assert r.returncode == 0, r.stderr
+    assert f"leader {leader} -> {target}" in r.stdout, r.stdout
+    # every broker reports the new leader, a bumped epoch, and the old leader as the last leaf
+    for b in cluster3.values():
+        wait_for(lambda b=b: metadata(b.bootstrap, topic)[0][:2] == (target, epoch + 1),
+                 f"new leader on {b.bootstrap}")
+    assert metadata(cluster3[2].bootstrap, topic)[0][2] == [target, replicas[2], leader]
+    # the same producer carries on through a metadata refresh
+    send(2000, 4000)
+    assert not errors, errors
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cli-test", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got = []
+    deadline = time.monotonic() + 60
+    while len(got) < 4000 and time.monotonic() < deadline:
+        m = consumer.poll(1.0)
+        if m is not None and not m.error():
+            got.append(m.value())
+    consumer.close()
+    assert got == [b"m%06d" % i for i in range(4000)]
+    # promoting the current leader again is a no-op, not an error
+    again = cli("promote", topic, "0", str(target), "--bootstrap", cluster3[1].bootstrap)
+    assert again.returncode == 0 and "already the leader" in again.stdout
+
+
+def test_promote_and_describe_errors_are_one_line(cluster3):
+    create_topic(cluster3, "errs", configs={"replication.fanout": "1"})
+    boot = cluster3[2].bootstrap
+    cases = [
+        (("promote", "nope", "0", "2", "--bootstrap", boot), "unknown topic 'nope'"),
+        (("promote", "errs", "7", "2", "--bootstrap", boot), "unknown partition errs-7"),
+        (("promote", "errs", "0", "9", "--bootstrap", boot), "node 9 is not a replica"),
+        (("describe", "--topic", "nope", "--bootstrap", boot), "unknown topic 'nope'"),
+        (("describe", "--bootstrap", f"127.0.0.1:{free_port()}"), "cannot connect"),
+        (("promote", "errs", "0", "2", "--bootstrap", "no-port"), "HOST:PORT"),
+    ]
+    # the grandchild of a chain is not in the ISR: refused unless --force
+    wait_for(lambda: len(metadata(boot, "errs")[0][3]) == 2, "ISR of errs")
+    grandchild = metadata(boot, "errs")[0][2][2]
+    cases.append((("promote", "errs", "0", str(grandchild), "--bootstrap", boot), "not in the ISR"))
+    for args, message in cases:
+        r = cli(*args)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert message in r.stderr, (args, r.stderr)
+        assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
