@@ -1,0 +1,248 @@
+"""Replication bench: a local 4-broker canopy tree on loopback addresses.
+
+    .venv/bin/python bench/replication.py [--records 100000] [--size 1024] [--samples 500]
+
+Starts four `canopy serve` processes on 127.0.0.11-.14 (one free port, as containers would
+each have an address; node 1 the controller, fanout 2, min.insync.replicas 2), so the tree
+of partition 0 is leader -> two children -> one grandchild (the compose.yaml shape), then
+measures with confluent-kafka:
+
+- produce throughput, 1 KiB records, acks=1 and acks=all (idempotence off, linger 5 ms,
+  1 MiB batches), each on its own fresh topic; the ratio acks=all / acks=1 (target >= 0.6).
+- end-to-end latency leader -> grandchild: one record at a time (linger 0, acks=1) carrying
+  its send time; a consumer bootstrapped only to the grandchild with client.rack = the
+  grandchild's rack (KIP-392: the leader names it as preferred read replica) records the
+  arrival time; p50/p99 over --samples records. It includes the high watermark's trip down
+  the tree: a replica exposes a record only below the HW it learned from its upstream.
+- broker CPU per replicated message: utime+stime of every broker from /proc/<pid>/stat over
+  the acks=all phase, divided by the records (per broker and summed).
+Everything stays on loopback. Prints a table and writes bench/results/replication-<ts>.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+ROOT = Path(__file__).resolve().parents[1]
+CANOPY = Path(sys.executable).parent / "canopy"
+HOSTS = {1: "127.0.0.11", 2: "127.0.0.12", 3: "127.0.0.13", 4: "127.0.0.14"}
+TICK = os.sysconf("SC_CLK_TCK")
+
+sys.path.insert(0, str(ROOT))
+from replication.tree import parent_of  # noqa: E402
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK   # utime, stime
+
+
+def pct(samples: list[float], q: float) -> float:
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+class Cluster:
+    def __init__(self, workdir: Path, fanout: int = 2, min_insync: int = 2):
+        self.port = free_port(HOSTS[1])
+        self.workdir = workdir
+        peers = ",".join(f"{n}@{h}:{self.port}/rack-{n}" for n, h in HOSTS.items())
+        self.procs: dict[int, subprocess.Popen] = {}
+        for n, h in HOSTS.items():
+            log = open(workdir / f"node{n}.log", "ab")
+            self.procs[n] = subprocess.Popen(
+                [str(CANOPY), "serve", "--data-dir", str(workdir / f"node{n}"), "--listen", f"{h}:{self.port}",
+                 "--node-id", str(n), "--rack", f"rack-{n}", "--peers", peers, "--controller", "1",
+                 "--fanout", str(fanout), "--min-insync-replicas", str(min_insync), "--log-level", "warning"],
+                stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+            log.close()
+        for n, h in HOSTS.items():
+            deadline = time.monotonic() + 30
+            while True:
+                if self.procs[n].poll() is not None:
+                    raise SystemExit(f"broker {n} exited {self.procs[n].returncode}; see {workdir}/node{n}.log")
+                try:
+                    socket.create_connection((h, self.port), timeout=0.5).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise SystemExit(f"broker {n} did not listen")
+                    time.sleep(0.05)
+
+    def addr(self, n: int) -> str:
+        return f"{HOSTS[n]}:{self.port}"
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(self.addr(n) for n in HOSTS)
+
+    def cpu(self) -> dict[int, float]:
+        return {n: cpu_seconds(p.pid) for n, p in self.procs.items()}
+
+    def tree(self, topic: str) -> tuple[list[int], list[int]]:
+        """(replicas, isr) of partition 0, waiting until every replica is in sync with the leader's view."""
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        md = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
+        return list(md.replicas), list(md.isrs)
+
+    def create(self, topic: str) -> list[int]:
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin.create_topics([NewTopic(topic, 1, -1)])[topic].result(15)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                replicas, isr = self.tree(topic)
+                if len(replicas) == 4 and len(isr) >= 3:   # leader + both direct children
+                    return replicas
+            except Exception:
+                pass
+            time.sleep(0.2)
+        raise SystemExit(f"{topic}: ISR never filled")
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs.values():
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+
+
+def produce_phase(cluster: Cluster, topic: str, acks: str, n: int, size: int) -> dict:
+    payloads = [random.randbytes(size) for _ in range(64)]
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": acks, "enable.idempotence": False,
+                  "linger.ms": 5, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000,
+                  "queue.buffering.max.kbytes": 2_000_000, "compression.type": "none"})
+    p.list_topics(topic, timeout=10)
+    cpu0 = cluster.cpu()
+    t0 = time.perf_counter()
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, payloads[i & 63], partition=0)
+                break
+            except BufferError:
+                p.poll(0.01)
+    left = p.flush(120)
+    secs = time.perf_counter() - t0
+    cpu1 = cluster.cpu()
+    if left:
+        raise SystemExit(f"acks={acks}: {left} records undelivered")
+    per_broker = {n_: (cpu1[n_] - cpu0[n_]) / n * 1e6 for n_ in cpu0}
+    return {"acks": acks, "records": n, "seconds": secs, "msg_per_s": n / secs, "mb_per_s": n * size / secs / 1e6,
+            "cpu_us_per_msg": per_broker, "cpu_us_per_msg_total": sum(per_broker.values())}
+
+
+def latency_phase(cluster: Cluster, topic: str, replicas: list[int], samples: int, fanout: int = 2) -> dict:
+    grandchild = next(r for r in replicas if parent_of(replicas, r, fanout) not in (None, replicas[0]))
+    leader = replicas[0]
+    arrivals: dict[int, int] = {}
+    done = threading.Event()
+    ready = threading.Event()
+
+    def consume() -> None:
+        c = Consumer({"bootstrap.servers": cluster.addr(grandchild), "group.id": "bench-repl",
+                      "client.rack": f"rack-{grandchild}", "enable.auto.commit": False,
+                      "fetch.wait.max.ms": 100, "fetch.min.bytes": 1, "socket.nagle.disable": True})
+        c.assign([TopicPartition(topic, 0, 0)])
+        ready.set()
+        while not done.is_set():
+            m = c.poll(0.05)
+            if m is not None and not m.error():
+                arrivals[int(m.value()[:20])] = time.perf_counter_ns()
+        c.close()
+
+    t = threading.Thread(target=consume, daemon=True)
+    t.start()
+    ready.wait(10)
+    p = Producer({"bootstrap.servers": cluster.addr(leader), "acks": "1", "linger.ms": 0,
+                  "enable.idempotence": False, "socket.nagle.disable": True})
+    p.list_topics(topic, timeout=10)
+    time.sleep(1.0)   # consumer joined and fetching
+    sent: dict[int, int] = {}
+    for i in range(samples):
+        ts = time.perf_counter_ns()
+        sent[i] = ts
+        p.produce(topic, (b"%020d" % i) + b"x" * 80, partition=0)
+        p.flush(10)
+        time.sleep(0.01)
+    deadline = time.monotonic() + 20
+    while len(arrivals) < samples and time.monotonic() < deadline:
+        time.sleep(0.05)
+    done.set()
+    t.join(10)
+    lat = [(arrivals[i] - sent[i]) / 1e6 for i in sent if i in arrivals]
+    return {"leader": leader, "grandchild": grandchild, "samples": samples, "received": len(lat),
+            "p50_ms": pct(lat, 0.50) if lat else None, "p99_ms": pct(lat, 0.99) if lat else None,
+            "max_ms": max(lat) if lat else None}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--samples", type=int, default=500)
+    ap.add_argument("--keep", action="store_true", help="keep the brokers' data directories and logs")
+    args = ap.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="canopy-repl-bench-"))
+    cluster = Cluster(workdir)
+    try:
+        r1 = cluster.create("bench-acks1")
+        ra = cluster.create("bench-acksall")
+        acks1 = produce_phase(cluster, "bench-acks1", "1", args.records, args.size)
+        acksall = produce_phase(cluster, "bench-acksall", "all", args.records, args.size)
+        cluster.create("bench-latency")
+        lat = latency_phase(cluster, "bench-latency", cluster.tree("bench-latency")[0], args.samples)
+    finally:
+        cluster.stop()
+    ratio = acksall["msg_per_s"] / acks1["msg_per_s"]
+    result = {"records": args.records, "size": args.size, "trees": {"bench-acks1": r1, "bench-acksall": ra},
+              "acks1": acks1, "acksall": acksall, "ratio_all_vs_1": ratio, "latency_leader_to_grandchild": lat}
+    print(f"4 brokers on {', '.join(HOSTS.values())}, fanout 2, min.insync.replicas 2, "
+          f"{args.records} x {args.size} B records")
+    print(f"{'':22}{'msg/s':>10}{'MB/s':>9}{'CPU us/msg (all brokers)':>27}  per broker")
+    for r in (acks1, acksall):
+        per = " ".join(f"{n}:{v:.0f}" for n, v in sorted(r["cpu_us_per_msg"].items()))
+        print(f"produce acks={r['acks']:<9}{r['msg_per_s']:>10.0f}{r['mb_per_s']:>9.1f}"
+              f"{r['cpu_us_per_msg_total']:>27.1f}  {per}")
+    print(f"ratio acks=all / acks=1: {ratio:.2f} (target >= 0.6)")
+    print(f"latency leader {lat['leader']} -> grandchild {lat['grandchild']}: p50 {lat['p50_ms']:.2f} ms, "
+          f"p99 {lat['p99_ms']:.2f} ms ({lat['received']}/{lat['samples']} received)")
+    out = ROOT / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"replication-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps(result, indent=2))
+    print(f"written {path.relative_to(ROOT)}")
+    if not args.keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    else:
+        print(f"brokers' data and logs in {workdir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
