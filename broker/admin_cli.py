@@ -177,10 +177,14 @@ async def promote(host: str, port: int, topic: str, partition: int, node: int, f
             raise AdminError(f"node {node} is not in the ISR {_ids(p['isr_nodes'])} of {topic}-{partition}; "
                              "--force promotes it anyway")
         new = promote_tree(replicas, node, demoted=leader)
-        r = await conn.request(ALTER_REASSIGNMENTS, 0, {
-            "timeout_ms": 30000,
-            "topics": [{"name": topic, "partitions": [{"partition_index": partition, "replicas": new}]}]},
-            timeout=35)
+        try:
+            r = await conn.request(ALTER_REASSIGNMENTS, 0, {
+                "timeout_ms": 30000,
+                "topics": [{"name": topic, "partitions": [{"partition_index": partition, "replicas": new}]}]},
+                timeout=35)
+        except PeerError as e:
+            raise AdminError(f"promote failed: {e} (the controller, node {md['controller_id']}, serves "
+                             "promotions; is it up?)") from None
         if r["error_code"]:
             raise AdminError(f"promote refused: error {r['error_code']} {r.get('error_message') or ''}".strip())
         for rt in r["responses"]:
