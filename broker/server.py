@@ -255,9 +255,25 @@ def bind_listener(config: BrokerConfig) -> socket.socket:
     return sock
 
 
+def _return_big_buffers_to_the_os() -> None:
+    """Fix glibc's mmap threshold at 128 KiB. By default it rises to the size of the
+    largest buffer freed, after which 256 KiB receive buffers come from the heap and an
+    idle connection's released buffer is never given back: 2 000 connections that
+    spoke once would hold ~500 MB. Fixed, such buffers are mmap'd and munmap'd."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None)
+        M_MMAP_THRESHOLD = -3
+        libc.mallopt(M_MMAP_THRESHOLD, 128 * 1024)
+    except (OSError, AttributeError):
+        pass  # not glibc: nothing to tune
+
+
 def serve(config: BrokerConfig) -> None:
     """Run a broker until SIGTERM/SIGINT. Raises StartupError for user-facing problems."""
     from storage import DataDirLock, DataDirLocked
+
+    _return_big_buffers_to_the_os()
 
     data_dir = config.data_dir
     try:
