@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 CACHE  := .cache
 
-.PHONY: run test venv test-deps kcat docker-compose jars kp2 bench clean pipeline
+.PHONY: run test reliability soak venv test-deps kcat docker-compose jars kp2 bench clean pipeline
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,15 @@ test-deps: venv kcat docker-compose jars kp2
 
 test: test-deps
 	$(PY) -m pytest -q -p no:cacheprovider tests
+
+# The reliability suite at full size (50-round crash loops, 200 torn tails, 100 000 fuzz
+# frames); `make test` runs the same tests with reduced counts. See docs/reliability.md.
+reliability: test-deps
+	CANOPY_RELIABILITY=full $(PY) -m pytest -q -p no:cacheprovider tests/reliability
+
+# 30 minutes of mixed produce/consume/rebalance; not in CI (SOAK_MINUTES to change).
+soak: test-deps
+	$(PY) -m tests.reliability.soak --minutes $${SOAK_MINUTES:-30}
 
 # The example Spark pipeline (docs/spark.md): click events -> windowed counts in out/ and
 # topic click-counts; starts a broker on 127.0.0.1:9092 if none is listening.
