@@ -30,6 +30,14 @@
 //                 [--value-size B] [--headers]
 //       acked=<n>
 //       partition=<p> min=<o> max=<o> count=<n>
+//   list-pattern  <bootstrap> <regex>
+//       topic=<t> partitions=<n>       (one line per topic the pattern selects, sorted)
+//   delete-records <bootstrap> <topic> <partition> <before-offset>     (test setup, not Spark)
+//       low_watermark=<o>
+//   spark-get     <bootstrap> <topic> <partition> <from> <until> [--fail-on-data-loss true|false]
+//                 [--poll-timeout-ms N]
+//       count=<n> first=<o> last=<o> crc=<crc32 hex> skipped=<n> polls=<n>
+//       exit 4 with "DATALOSS ..." on stderr when failOnDataLoss=true and offsets are gone
 // Any subcommand also takes --prop key=value (repeatable) to override a client config.
 //
 // crc = CRC32 over, per record in offset order: offset (int64 BE), key length (int32 BE,
@@ -73,6 +81,7 @@ public final class SparkLikeClient {
 
     static final int EXIT_ERROR = 1;
     static final int EXIT_TIMEOUT = 3;
+    static final int EXIT_DATA_LOSS = 4;
 
     /** Thrown for timeouts and data mismatches: exit code 3, message on stderr. */
     static final class Mismatch extends RuntimeException {
@@ -120,11 +129,23 @@ public final class SparkLikeClient {
                         Long.parseLong(opts.getOrDefault("--ts-step", "1")),
                         Integer.parseInt(opts.getOrDefault("--value-size", "100")),
                         flags.contains("--headers"), props);
+                case "list-pattern" -> listPattern(args.get(1), args.get(2), props);
+                case "delete-records" -> deleteRecords(args.get(1), args.get(2), Integer.parseInt(args.get(3)),
+                        Long.parseLong(args.get(4)), props);
+                case "spark-get" -> sparkGet(args.get(1), args.get(2), Integer.parseInt(args.get(3)),
+                        Long.parseLong(args.get(4)), Long.parseLong(args.get(5)),
+                        Boolean.parseBoolean(opts.getOrDefault("--fail-on-data-loss", "true")),
+                        Long.parseLong(opts.getOrDefault("--poll-timeout-ms", "120000")), props);
                 default -> {
                     System.err.println("unknown subcommand " + cmd);
                     System.exit(2);
                 }
             }
+        } catch (DataLoss e) {
+            System.out.flush();
+            System.err.println("DATALOSS " + e.getMessage()
+                    + (e.getCause() == null ? "" : " cause=" + e.getCause().getClass().getName()));
+            System.exit(EXIT_DATA_LOSS);
         } catch (Mismatch e) {
             System.out.flush();
             System.err.println("MISMATCH " + e.getMessage());
@@ -239,6 +260,42 @@ public final class SparkLikeClient {
         }
     }
 
+    /**
+     * Mirrors SubscribePatternStrategy.assignedTopicPartitions (subscribePattern): Admin
+     * .listTopics().listings() (internal topics are not listed by default), keep the names in
+     * which the regex is FOUND (Scala Regex.findFirstIn — a search, not a whole-name match),
+     * then ConsumerStrategy.retrieveAllPartitions: describeTopics(names).allTopicNames(),
+     * drop internal topics, every partition of each description.
+     */
+    static void listPattern(String bootstrap, String regex, Map<String, String> props) throws Exception {
+        java.util.regex.Pattern pattern = java.util.regex.Pattern.compile(regex);
+        try (Admin admin = Admin.create(driverParams(bootstrap, props))) {
+            List<String> names = new ArrayList<>();
+            for (org.apache.kafka.clients.admin.TopicListing l : admin.listTopics().listings().get()) {
+                if (pattern.matcher(l.name()).find()) names.add(l.name());
+            }
+            Map<String, TopicDescription> ds = names.isEmpty() ? Map.of()
+                    : admin.describeTopics(names).allTopicNames().get();
+            for (String t : new TreeSet<>(ds.keySet())) {
+                TopicDescription d = ds.get(t);
+                if (d.isInternal()) continue;
+                System.out.println("topic=" + t + " partitions=" + d.partitions().size());
+            }
+        }
+    }
+
+    /** Not a Spark step: cuts a partition's head the way `kafka-delete-records.sh` does, so the
+     *  executors' data-loss path can be exercised. */
+    static void deleteRecords(String bootstrap, String topic, int partition, long before,
+                              Map<String, String> props) throws Exception {
+        TopicPartition tp = new TopicPartition(topic, partition);
+        try (Admin admin = Admin.create(driverParams(bootstrap, props))) {
+            long low = admin.deleteRecords(Map.of(tp, org.apache.kafka.clients.admin.RecordsToDelete
+                    .beforeOffset(before))).lowWatermarks().get(tp).get().lowWatermark();
+            System.out.println("low_watermark=" + low);
+        }
+    }
+
     // ---------------------------------------------------------------- executors (KafkaConsumer)
 
     /**
@@ -336,6 +393,173 @@ public final class SparkLikeClient {
         System.out.print(out);
         System.out.println("count=" + count + " first=" + first + " last=" + last
                 + " crc=" + String.format("%08x", crc.getValue()));
+    }
+
+    /** Spark's data-loss error (QueryExecutionErrors.couldNotReadOffsetRangeInKafkaError). */
+    static final class DataLoss extends RuntimeException {
+        private static final long serialVersionUID = 1L;
+        DataLoss(String msg, Throwable cause) { super(msg, cause); }
+    }
+
+    static final long UNKNOWN_OFFSET = -2L; // KafkaDataConsumer.UNKNOWN_OFFSET
+
+    /** InternalKafkaConsumer: one KafkaConsumer (executor params) assigned one partition. */
+    static final class InternalConsumer implements AutoCloseable {
+        final TopicPartition tp;
+        final KafkaConsumer<byte[], byte[]> consumer;
+        int polls;
+
+        InternalConsumer(String bootstrap, TopicPartition tp, Map<String, String> props) {
+            this.tp = tp;
+            // InternalKafkaConsumer.createConsumer: new KafkaConsumer + assign(List(tp)).
+            this.consumer = new KafkaConsumer<>(executorParams(bootstrap, props));
+            consumer.assign(List.of(tp));
+        }
+
+        /** InternalKafkaConsumer.getAvailableOffsetRange: seekToBeginning + position,
+         *  seekToEnd + position (the consumer's ListOffsets -2 / -1). */
+        long[] availableOffsetRange() {
+            consumer.seekToBeginning(Set.of(tp));
+            long earliest = consumer.position(tp);
+            consumer.seekToEnd(Set.of(tp));
+            long latest = consumer.position(tp);
+            return new long[]{earliest, latest};
+        }
+
+        /** InternalKafkaConsumer.fetch: seek(offset), poll(pollTimeoutMs), position after the
+         *  poll, then getAvailableOffsetRange on EVERY poll. An empty poll is turned into an
+         *  OffsetOutOfRangeException when offset is outside [earliest, latest), or into
+         *  "Cannot fetch record for offset X" when the position did not move. */
+        List<ConsumerRecord<byte[], byte[]>> fetch(long offset, long pollTimeoutMs, long[] afterPollOut) {
+            consumer.seek(tp, offset);
+            ConsumerRecords<byte[], byte[]> p = consumer.poll(Duration.ofMillis(pollTimeoutMs));
+            polls++;
+            List<ConsumerRecord<byte[], byte[]>> r = p.records(tp);
+            long offsetAfterPoll = consumer.position(tp);
+            long[] range = availableOffsetRange();
+            if (r.isEmpty()) {
+                if (offset < range[0] || offset >= range[1]) {
+                    throw new org.apache.kafka.clients.consumer.OffsetOutOfRangeException(Map.of(tp, offset));
+                } else if (offset == offsetAfterPoll) {
+                    throw new Mismatch("TIMEOUT Cannot fetch record for offset " + offset + " in "
+                            + pollTimeoutMs + " milliseconds");
+                }
+            }
+            afterPollOut[0] = offsetAfterPoll;
+            afterPollOut[1] = range[0];
+            afterPollOut[2] = range[1];
+            return r;
+        }
+
+        @Override public void close() { consumer.close(); }
+    }
+
+    /**
+     * Mirrors one task of KafkaBatchPartitionReader / KafkaSourceRDD over [from, until):
+     * nextOffset = from; while nextOffset < until: record = KafkaDataConsumer.get(nextOffset,
+     * until, pollTimeoutMs, failOnDataLoss); null ends the range. KafkaDataConsumer.get keeps
+     * the records of the last poll (FetchedData) and polls again only when they are drained
+     * (fetchRecord); on OffsetOutOfRangeException it drops the consumer (releaseConsumer) and
+     * either fails (failOnDataLoss=true: throwOnDataLoss) or resumes at
+     * getEarliestAvailableOffsetBetween(offset, until) — the earliest still-available offset,
+     * or UNKNOWN_OFFSET (skip the rest) when [offset, until) and [earliest, latest) do not
+     * overlap. A record past the asked offset below the log start is data loss as well.
+     */
+    static void sparkGet(String bootstrap, String topic, int partition, long from, long until,
+                         boolean failOnDataLoss, long pollTimeoutMs, Map<String, String> props) {
+        TopicPartition tp = new TopicPartition(topic, partition);
+        CRC32 crc = new CRC32();
+        long count = 0, first = -1, last = -1, skipped = 0;
+        int polls = 0;
+        InternalConsumer consumer = new InternalConsumer(bootstrap, tp, props);
+        // FetchedData: the records of the last poll, where we are in them, what the poll saw.
+        List<ConsumerRecord<byte[], byte[]>> fetched = List.of();
+        int idx = 0;
+        long nextInFetched = UNKNOWN_OFFSET;
+        long[] afterPoll = {UNKNOWN_OFFSET, UNKNOWN_OFFSET, UNKNOWN_OFFSET};
+        long nextOffset = from;
+        try {
+            while (nextOffset < until) {
+                long toFetch = nextOffset;
+                ConsumerRecord<byte[], byte[]> record = null;
+                while (toFetch != UNKNOWN_OFFSET && record == null) {
+                    try {
+                        // fetchRecord: poll only on a fresh offset or drained data.
+                        if (toFetch != nextInFetched || idx >= fetched.size()) {
+                            if (toFetch == nextInFetched && toFetch < afterPoll[0]) {
+                                toFetch = afterPoll[0]; // invisible offsets (not produced here)
+                                fetched = List.of(); idx = 0; nextInFetched = UNKNOWN_OFFSET;
+                                continue;
+                            }
+                            fetched = consumer.fetch(toFetch, pollTimeoutMs, afterPoll);
+                            idx = 0;
+                            nextInFetched = toFetch;
+                        }
+                        if (idx >= fetched.size()) { // polled something, none of it visible
+                            toFetch = afterPoll[0];
+                            fetched = List.of(); nextInFetched = UNKNOWN_OFFSET;
+                            if (toFetch >= until) toFetch = UNKNOWN_OFFSET;
+                            continue;
+                        }
+                        ConsumerRecord<byte[], byte[]> r = fetched.get(idx++);
+                        nextInFetched = r.offset() + 1;
+                        if (r.offset() > toFetch) {
+                            if (afterPoll[1] <= toFetch) { // still in the log: invisible, jump
+                                idx--; nextInFetched = r.offset();
+                                toFetch = r.offset();
+                                continue;
+                            }
+                            if (failOnDataLoss) {
+                                throw new DataLoss("Cannot fetch offsets [" + toFetch + ", " + r.offset()
+                                        + ") of " + tp + ": gone (earliest " + afterPoll[1] + ")", null);
+                            }
+                            if (r.offset() >= until) {
+                                skipped += until - toFetch;
+                                toFetch = UNKNOWN_OFFSET;
+                                continue;
+                            }
+                            skipped += r.offset() - toFetch;
+                        } else if (r.offset() < toFetch) {
+                            throw new IllegalStateException("Tried to fetch " + toFetch + " but got " + r.offset());
+                        }
+                        record = r;
+                    } catch (org.apache.kafka.clients.consumer.OffsetOutOfRangeException e) {
+                        // releaseConsumer + fetchedData.reset: a new consumer for what follows.
+                        consumer.close();
+                        polls += consumer.polls;
+                        consumer = new InternalConsumer(bootstrap, tp, props);
+                        fetched = List.of(); idx = 0; nextInFetched = UNKNOWN_OFFSET;
+                        if (failOnDataLoss) {
+                            throw new DataLoss("Cannot fetch offsets [" + toFetch + ", " + until + ") of "
+                                    + tp + " (failOnDataLoss=true)", e);
+                        }
+                        // getEarliestAvailableOffsetBetween(consumer, toFetch, until)
+                        long[] range = consumer.availableOffsetRange();
+                        System.err.println("data loss at " + toFetch + ": available range ["
+                                + range[0] + ", " + range[1] + ")");
+                        long old = toFetch;
+                        if (toFetch >= range[1] || range[0] >= until) {
+                            toFetch = UNKNOWN_OFFSET;
+                            skipped += until - old;
+                        } else if (toFetch < range[0]) {
+                            toFetch = range[0];
+                            skipped += toFetch - old;
+                        }
+                    }
+                }
+                if (record == null) break; // KafkaDataConsumer.get returned null: range done
+                update(crc, record.offset(), record.key(), record.value());
+                if (first < 0) first = record.offset();
+                last = record.offset();
+                count++;
+                nextOffset = record.offset() + 1;
+            }
+        } finally {
+            polls += consumer.polls;
+            consumer.close();
+        }
+        System.out.println("count=" + count + " first=" + first + " last=" + last
+                + " crc=" + String.format("%08x", crc.getValue()) + " skipped=" + skipped + " polls=" + polls);
     }
 
     // ---------------------------------------------------------------- sink (KafkaProducer)
