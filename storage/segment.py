@@ -113,9 +113,6 @@ _MAX_PREFAULT = 16 << 20
 # Zeros written ahead of the data through the page cache (see _prefault). calloc'd:
 # reading them maps the shared zero page, so this costs no resident memory.
 _ZEROS = memoryview(bytes(_MAX_PREFAULT))
-# Zeros written ahead of the data through the page cache (see _prefault). calloc'd:
-# reading them maps the shared zero page, so this costs no resident memory.
-_ZEROS = memoryview(bytes(_MAX_PREFAULT))
 _INITIAL_INDEX_ENTRIES = 256
 # Batches at least this big are written with pwrite instead of through the mapping.
 LARGE_WRITE = 128 << 10
@@ -514,16 +511,6 @@ class Segment:
                 # (raises StorageFull again when even that does not fit).
                 target = _round_up(end)
                 _allocate(self.log_fd, self._faulted, target - self._faulted)
-        if target > self._faulted:
-            # The first store into a file page that is not yet in the page cache costs
-            # ~2-4 ms on this machine (ext4), however few pages it covers: a produce to
-            # 1 000 fresh partitions spent 76 % of the broker's time in this madvise.
-            # pwrite of zeros puts the pages in the page cache for ~20 µs per 20 KiB
-            # (16 MiB: ~2 ms instead of 13-47 ms), and populating them is then cheap.
-            # Never below self.size: the page holding the log end has live data.
-            pos = max(self._faulted, self.size)
-            while pos < target:
-                pos += os.pwrite(self.log_fd, _ZEROS[:min(len(_ZEROS), target - pos)], pos)
         if target > self._faulted:
             # The first store into a file page that is not yet in the page cache costs
             # ~2-4 ms on this machine (ext4), however few pages it covers: a produce to
