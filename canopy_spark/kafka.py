@@ -130,9 +130,10 @@ class OffsetReader:
         if sub.kind == "subscribe":
             names = [t for t in sub.value if t in md.topics]
         else:
-            # Java's Pattern.matcher(topic).matches(): the whole name must match; internal
-            # topics are not listed by Admin.listTopics() by default.
-            names = [t for t in md.topics if sub.value.fullmatch(t) and not t.startswith("__")]
+            # Spark 4's SubscribePatternStrategy keeps a topic when the regex is *found* in
+            # its name (Regex.findFirstIn, not a whole-name match); Admin.listTopics() leaves
+            # internal topics out.
+            names = [t for t in md.topics if sub.value.search(t) and not t.startswith("__")]
         out = []
         for t in names:
             tm = md.topics[t]

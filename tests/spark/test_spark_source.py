@@ -200,3 +200,28 @@ def test_writer_output_reads_back_intact_with_kcat(spark, broker, tmp_path):
     got = kcat_read("sink-stream")
     assert sorted((m["key"], m["payload"]) for m in got) == sorted((f"s{i}", f"stream-{i}") for i in range(50))
     assert len(read_all(broker.bootstrap, "sink-stream")) == 50
+
+
+def test_fail_on_data_loss_after_delete_records(spark, broker):
+    """Offsets planned (here: asked for) but cut by DeleteRecords: failOnDataLoss=true (the
+    default) fails the query, false skips to the new log start — as Spark's source does."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    create_topic(broker.bootstrap, "cut", 1)
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(100):
+        p.produce("cut", value=b"%d" % i, partition=0)
+    assert p.flush(30) == 0
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for f in admin.delete_records([TopicPartition("cut", 0, 40)]).values():
+        assert f.result(30).low_watermark == 40
+
+    start = json.dumps({"cut": {"0": 10}})
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        reader(spark, broker.bootstrap, subscribe="cut", startingOffsets=start).collect()
+    rows = reader(spark, broker.bootstrap, subscribe="cut", startingOffsets=start,
+                  failOnDataLoss="false").collect()
+    assert [(r.offset, bytes(r.value)) for r in rows] == [(i, b"%d" % i) for i in range(40, 100)]
+    # "earliest" means the log start offset, not 0
+    assert reader(spark, broker.bootstrap, subscribe="cut").count() == 60
