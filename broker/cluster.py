@@ -28,7 +28,7 @@ from protocol.records import build_batch, iter_records
 from replication.client import PeerConnection, PeerError
 from replication.fetcher import UpstreamFetcher
 from replication.metadata import (METADATA_TOPIC, MetadataImage, TopicImage, decode_event, encode_event,
-                                  leader_event, topic_event)
+                                  isr_event, leader_event, topic_event)
 from replication.tree import assign_replicas, parent_of, promote
 
 from .topics import TopicError, validate_topic_name
@@ -75,6 +75,7 @@ class Cluster:
         # The metadata log's tree is flat: every broker is a direct child of the controller.
         self.meta.set_assignment([self.controller_id, *others], max(1, len(others)), 0)
         self.meta.needs_truncation = False
+        self.meta.authoritative = True
         lg = self.meta.log
         self._replay_from(lg.log_start_offset)
         log.info("cluster: node %d of %s, controller %d, %d topics in the metadata log",
@@ -192,7 +193,11 @@ class Cluster:
                              f"replicas {replicas} must be a reordering of {current.replicas}")
         old_leader = current.leader
         epoch = current.leader_epoch + (1 if replicas[0] != old_leader else 0)
-        self._append_event(leader_event(name, partition, replicas, epoch))
+        # Kafka's election keeps the ISR minus the replaced leader; the new leader then
+        # reports its own as its children fetch.
+        isr = [replicas[0], *[n for n in current.isr if n not in (old_leader, replicas[0])]] \
+            if replicas[0] != old_leader else current.isr
+        self._append_event(leader_event(name, partition, replicas, epoch, isr))
         log.info("controller: %s-%d leader %d -> %d (epoch %d), tree %s", name, partition,
                  old_leader, replicas[0], epoch, replicas)
 
@@ -204,8 +209,16 @@ class Cluster:
             conn = self._peer_conns[node] = PeerConnection(host, port, client_id=f"canopy-{self.node_id}")
         return conn
 
-    async def forward_to_controller(self, key: int, version: int, body: dict) -> dict:
-        return await self.peer(self.controller_id).request(key, version, body, timeout=30)
+    async def forward_to_controller(self, key: int, version: int, body: dict, on_error=None) -> dict:
+        """Relay a request to the controller. If it is unreachable, ``on_error(message)``
+        builds the answer (NOT_CONTROLLER, which clients treat as "retry later")."""
+        try:
+            return await self.peer(self.controller_id).request(key, version, body, timeout=30)
+        except PeerError as e:
+            if on_error is None:
+                raise
+            log.warning("controller %d unreachable: %s", self.controller_id, e)
+            return on_error(f"controller {self.controller_id} is unreachable; metadata changes wait for it")
 
     async def forward_produce(self, partition, records, acks: int, timeout_ms: int, version: int) -> dict:
         upstream = partition.upstream
@@ -261,13 +274,58 @@ class Cluster:
 
     async def _isr_ticker(self) -> None:
         """ISR shrink can let the high watermark advance (a lagging child no longer holds it
-        back), so leaders re-evaluate periodically, not only when a fetch arrives."""
+        back), so leaders re-evaluate periodically, not only when a fetch arrives; and
+        each leader reports ISR changes to the controller, which records them."""
         while True:
             await trio.sleep(0.2)
             ts = now_ms()
+            changes: dict[str, list] = {}
             for p in self.broker.topics.all_partitions():
-                if p.is_leader and len(p.replicas) > 1:
-                    p.maybe_advance_hw(ts)
+                if not p.is_leader or len(p.replicas) < 2 or p is self.meta:
+                    continue
+                p.maybe_advance_hw(ts)
+                t = self.image.topics.get(p.topic.name)
+                if t is None or p.index >= len(t.partitions) or not self.ready:
+                    continue
+                pi = t.partitions[p.index]
+                isr = p.isr(ts)
+                if pi.leader_epoch == p.leader_epoch and sorted(isr) != sorted(pi.isr):
+                    changes.setdefault(p.topic.name, []).append(
+                        {"partition_index": p.index, "leader_epoch": p.leader_epoch, "isr": isr})
+            if changes:
+                await self._report_isr(changes)
+
+    async def _report_isr(self, changes: dict[str, list]) -> None:
+        request = {"broker_id": self.node_id,
+                   "topics": [{"name": n, "partitions": ps} for n, ps in changes.items()]}
+        if self.is_controller:
+            self.alter_isr(request)
+            return
+        try:
+            await self.forward_to_controller(ApiKey.CANOPY_ALTER_ISR, 0, request)
+        except PeerError as e:
+            log.debug("ISR report to the controller failed: %s", e)
+
+    def alter_isr(self, request: dict) -> dict:
+        """Controller: record a leader's ISR (only from the current leader and epoch)."""
+        out = []
+        for t in request["topics"]:
+            parts = []
+            img = self.image.topics.get(t["name"])
+            for pr in t["partitions"]:
+                i = pr["partition_index"]
+                err = ErrorCode.NONE
+                if img is None or not 0 <= i < len(img.partitions):
+                    err = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                elif img.partitions[i].leader != request["broker_id"] or \
+                        img.partitions[i].leader_epoch != pr["leader_epoch"]:
+                    err = ErrorCode.FENCED_LEADER_EPOCH
+                elif sorted(pr["isr"]) != sorted(img.partitions[i].isr):
+                    self._append_event(isr_event(t["name"], i, pr["leader_epoch"], list(pr["isr"])))
+                    log.info("controller: ISR of %s-%d is now %s", t["name"], i, pr["isr"])
+                parts.append({"partition_index": i, "error_code": err})
+            out.append({"name": t["name"], "partitions": parts})
+        return {"error_code": 0, "topics": out}
 
     def _partitions_from(self, upstream: int) -> list:
         out = []
@@ -332,11 +390,18 @@ class Cluster:
                     for i, p in enumerate(t.partitions):
                         if not self.is_alive(p.leader):
                             await self._fail_over(name, i, p.replicas, t.fanout)
+                        elif p.leader == self.node_id:
+                            self._hand_off(name, i, p, t.fanout)
 
     async def _fail_over(self, name: str, index: int, replicas: list[int], fanout: int) -> None:
         dead = replicas[0]
+        isr = self.image.topics[name].partitions[index].isr
         children = [n for n in replicas[1:] if parent_of(replicas, n, fanout) == dead and self.is_alive(n)]
-        candidates = children or [n for n in replicas[1:] if self.is_alive(n)]
+        # An in-sync child holds every acknowledged record (acks=all waited for the ISR);
+        # failing that, any live child, then any live replica (an unclean election).
+        candidates = [n for n in children if n in isr] or children or [n for n in replicas[1:] if self.is_alive(n)]
+        # The controller leads only as a last resort: a failure of it would stop failover.
+        candidates = [n for n in candidates if n != self.node_id] or candidates
         if not candidates:
             return
         best, best_leo = None, -1
@@ -349,6 +414,21 @@ class Cluster:
         log.warning("controller: leader %d of %s-%d silent for %d ms; promoting %d (log end %d)",
                     dead, name, index, self.config.leader_failure_timeout_ms, best, best_leo)
         self.set_tree(name, index, promote(replicas, best, demoted=dead))
+
+    def _hand_off(self, name: str, index: int, p, fanout: int) -> None:
+        """The controller leads a partition only until an in-sync child can take over (as
+        Kafka's preferred-leader election moves leadership back): a failure of the
+        controller would leave that partition without failover."""
+        local = self.broker.topics.partition(name, index)
+        if local is None or not local.is_leader:
+            return
+        ts = now_ms()
+        for child in local.isr(ts)[1:]:
+            st = local.replica_states.get(child)
+            if self.is_alive(child) and st is not None and st.log_end_offset >= local.log.log_end_offset:
+                log.info("controller: handing leadership of %s-%d to in-sync child %d", name, index, child)
+                self.set_tree(name, index, promote(p.replicas, child, demoted=self.node_id))
+                return
 
     async def _log_end_offset(self, node: int, topic: str, partition: int) -> int | None:
         if node == self.node_id:

@@ -106,6 +106,9 @@ class Partition:
         self.hw_sent: dict[int, int] = {}   # replica id -> high watermark last sent to it
         self._hw = self.log.log_start_offset
         self.needs_truncation = False   # a follower must reconcile with its upstream first
+        # The controller's metadata log is committed when written: it never fails over, so
+        # its followers must not hold its high watermark back (a dead broker would).
+        self.authoritative = False
 
     def _rebuild_from_log(self) -> None:
         self.producers = ProducerStateTable()
@@ -163,7 +166,7 @@ class Partition:
     # -- high watermark and ISR ------------------------------------------------------
     @property
     def high_watermark(self) -> int:
-        if self.is_leader and len(self.replicas) == 1:
+        if self.is_leader and (len(self.replicas) == 1 or self.authoritative):
             return self.log.log_end_offset   # the only replica: every append is committed
         return min(self._hw, self.log.log_end_offset)
 
@@ -224,7 +227,7 @@ class Partition:
     # -- appends --------------------------------------------------------------------
     def on_leader_append(self, base_offset: int) -> None:
         self._note_epoch(self.leader_epoch, base_offset)
-        if len(self.replicas) > 1:
+        if len(self.replicas) > 1 and not self.authoritative:
             import time
             self.maybe_advance_hw(time.time_ns() // 1_000_000)
         self.notify_append()

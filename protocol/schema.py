@@ -63,9 +63,14 @@ def _in(version: int, rng: tuple[int, int] | None) -> bool:
     return rng is not None and rng[0] <= version <= rng[1]
 
 
+# canopy's own broker-to-broker messages (protocol/schemas/), same format.
+CANOPY_SCHEMA_PACKAGE = __package__ + ".schemas"
+
+
 @lru_cache(maxsize=None)
 def load_schema_json(name: str) -> dict:
-    text = importlib.resources.files(SCHEMA_PACKAGE).joinpath(name + ".json").read_text()
+    package = CANOPY_SCHEMA_PACKAGE if name.startswith("Canopy") else SCHEMA_PACKAGE
+    text = importlib.resources.files(package).joinpath(name + ".json").read_text()
     data = json.loads(_COMMENTS.sub("", text))
     common = {s["name"]: s["fields"] for s in data.get("commonStructs", [])}
     _resolve_common(data.get("fields", []), common)

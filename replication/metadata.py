@@ -20,6 +20,7 @@ METADATA_TOPIC = "__cluster_metadata"
 class PartitionImage:
     replicas: list[int]        # breadth-first tree order; replicas[0] is the leader
     leader_epoch: int = 0
+    isr: list[int] = field(default_factory=list)   # as last reported by the leader
 
     @property
     def leader(self) -> int:
@@ -47,7 +48,7 @@ class MetadataImage:
         name = event["name"]
         if kind == "topic":
             t = TopicImage(name, uuid.UUID(event["id"]), dict(event.get("configs", {})), int(event["fanout"]),
-                           [PartitionImage(list(p["replicas"]), int(p.get("leader_epoch", 0)))
+                           [PartitionImage(list(p["replicas"]), int(p.get("leader_epoch", 0)), [p["replicas"][0]])
                             for p in event["partitions"]])
             self.topics[name] = t
             return t
@@ -58,12 +59,17 @@ class MetadataImage:
         if t is None:
             return None
         if kind == "add_partitions":
-            t.partitions.extend(PartitionImage(list(p["replicas"]), int(p.get("leader_epoch", 0)))
-                                for p in event["partitions"])
+            t.partitions.extend(PartitionImage(list(p["replicas"]), int(p.get("leader_epoch", 0)),
+                                               [p["replicas"][0]]) for p in event["partitions"])
         elif kind == "leader":
             p = t.partitions[int(event["partition"])]
             p.replicas = list(event["replicas"])
             p.leader_epoch = int(event["leader_epoch"])
+            p.isr = list(event.get("isr") or [p.replicas[0]])
+        elif kind == "isr":
+            p = t.partitions[int(event["partition"])]
+            if int(event["leader_epoch"]) == p.leader_epoch:   # a stale leader's report is void
+                p.isr = list(event["isr"])
         return t
 
 
@@ -86,6 +92,11 @@ def topic_event(name: str, topic_id: uuid.UUID, configs: dict, fanout: int, part
             "partitions": [{"replicas": r, "leader_epoch": 0} for r in partitions]}
 
 
-def leader_event(name: str, partition: int, replicas: list[int], leader_epoch: int) -> dict:
+def leader_event(name: str, partition: int, replicas: list[int], leader_epoch: int,
+                 isr: list[int] | None = None) -> dict:
     return {"type": "leader", "name": name, "partition": partition, "replicas": replicas,
-            "leader_epoch": leader_epoch}
+            "leader_epoch": leader_epoch, "isr": isr or [replicas[0]]}
+
+
+def isr_event(name: str, partition: int, leader_epoch: int, isr: list[int]) -> dict:
+    return {"type": "isr", "name": name, "partition": partition, "leader_epoch": leader_epoch, "isr": isr}

@@ -19,7 +19,8 @@ MIN_VERSION, MAX_VERSION = 0, 1
 async def handle(ctx, request: dict, version: int) -> dict:
     cluster = ctx.broker.cluster
     if cluster.enabled and not cluster.is_controller:
-        return await cluster.forward_to_controller(API_KEY, version, request)
+        return await cluster.forward_to_controller(API_KEY, version, request, lambda msg: {
+            "throttle_time_ms": 0, "error_code": ErrorCode.NOT_CONTROLLER, "error_message": msg, "responses": []})
     responses = []
     for t in request["topics"]:
         parts = []

@@ -15,7 +15,7 @@ MIN_VERSION, MAX_VERSION = 0, 3
 def supported_api_keys() -> list[dict]:
     from . import HANDLERS
     return [{"api_key": k, "min_version": m.MIN_VERSION, "max_version": m.MAX_VERSION}
-            for k, m in sorted(HANDLERS.items())]
+            for k, m in sorted(HANDLERS.items()) if getattr(m, "ADVERTISED", True)]
 
 
 async def handle(ctx, request: dict, version: int) -> dict:

@@ -15,7 +15,9 @@ MIN_VERSION, MAX_VERSION = 0, 3
 async def handle(ctx, request: dict, version: int) -> dict:
     broker = ctx.broker
     if broker.cluster.enabled and not broker.cluster.is_controller:
-        return await broker.cluster.forward_to_controller(API_KEY, version, request)
+        return await broker.cluster.forward_to_controller(API_KEY, version, request, lambda msg: {
+            "throttle_time_ms": 0, "results": [{"name": t["name"], "error_code": ErrorCode.NOT_CONTROLLER,
+                                                "error_message": msg} for t in request["topics"]]})
     nodes = {b["node_id"] for b in broker.brokers()}
     results = []
     for t in request["topics"]:

@@ -63,7 +63,9 @@ async def _cluster_create(broker, request: dict, version: int) -> dict:
     it too); any broker accepts the request and relays the controller's answer."""
     cluster = broker.cluster
     if not cluster.is_controller:
-        return await cluster.forward_to_controller(API_KEY, version, request)
+        return await cluster.forward_to_controller(API_KEY, version, request, lambda msg: {
+            "throttle_time_ms": 0, "topics": [{"name": t["name"], "error_code": ErrorCode.NOT_CONTROLLER,
+                                               "error_message": msg} for t in request["topics"]]})
     results = []
     for t in request["topics"]:
         out = {"name": t["name"], "topic_id": ZERO_UUID, "error_code": 0, "error_message": None,

@@ -17,7 +17,10 @@ MIN_VERSION, MAX_VERSION = 1, 6
 async def _cluster_delete(ctx, request: dict, version: int) -> dict:
     cluster = ctx.broker.cluster
     if not cluster.is_controller:
-        return await cluster.forward_to_controller(API_KEY, version, request)
+        names = ([t.get("name") for t in request["topics"]] if version >= 6 else request["topic_names"])
+        return await cluster.forward_to_controller(API_KEY, version, request, lambda msg: {
+            "throttle_time_ms": 0, "responses": [{"name": n, "error_code": ErrorCode.NOT_CONTROLLER,
+                                                  "error_message": msg} for n in names]})
     wanted = ([(t.get("name"), t.get("topic_id")) for t in request["topics"]] if version >= 6
               else [(n, None) for n in request["topic_names"]])
     responses = []

@@ -34,15 +34,15 @@ def topic_metadata(broker, topic, version: int) -> dict:
 
 def cluster_topic_metadata(broker, t) -> dict:
     """From the metadata image, so every broker answers the same: leader = tree root,
-    replicas = the tree in breadth-first order, ISR = the synchronous tier (the leader and
-    its direct children; deeper tiers replicate asynchronously)."""
-    from replication.tree import children_of
+    replicas = the tree in breadth-first order, ISR = the leader's last report to the
+    controller (the leader and its caught-up direct children; deeper tiers replicate
+    asynchronously and are never in it)."""
     return {
         "error_code": 0, "name": t.name, "topic_id": t.topic_id, "is_internal": False,
         "partitions": [{
             "error_code": 0, "partition_index": i, "leader_id": p.leader, "leader_epoch": p.leader_epoch,
             "replica_nodes": list(p.replicas),
-            "isr_nodes": [p.leader, *children_of(p.replicas, p.leader, t.fanout)],
+            "isr_nodes": list(p.isr),
             "offline_replicas": [],   # identical on every broker: liveness is the controller's
         } for i, p in enumerate(t.partitions)],
     }
