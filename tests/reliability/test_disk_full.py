@@ -40,6 +40,19 @@ def small_fs(tmp_path):
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
+def _fill(path, limit: int) -> None:
+    """Write up to ``limit`` bytes, stopping quietly when the filesystem is full."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        written = 0
+        while written < limit:
+            written += os.write(fd, b"\2" * 4096)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def test_disk_full_answers_storage_error_and_recovers(small_fs, tmp_path):
     filler = small_fs / "filler"
     b = BrokerProcess(small_fs / "data", extra_args=["--log-level", "warning"])
@@ -51,8 +64,7 @@ def test_disk_full_answers_storage_error_and_recovers(small_fs, tmp_path):
         c = wait_for_listener(b.bootstrap)
         create_topic(c, "full", {"segment.bytes": str(1 << 20)})
         for rnd in range(ROUNDS):
-            with open(filler, "wb") as f:  # keep 4 MiB to give back later
-                f.write(b"\1" * (4 << 20))
+            _fill(filler, 4 << 20)  # up to 4 MiB to give back later
             i = 0
             full_at = None
             while full_at is None:
@@ -72,14 +84,7 @@ def test_disk_full_answers_storage_error_and_recovers(small_fs, tmp_path):
                 assert i < 10_000, "the filesystem never filled up"
             # Take the last free blocks too, then the disk is full for certain: more
             # produces fail the same way and the broker stays up.
-            fd = os.open(small_fs / "rest", os.O_WRONLY | os.O_CREAT, 0o644)
-            try:
-                while os.write(fd, b"\2" * 4096):
-                    pass
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
+            _fill(small_fs / "rest", 1 << 40)
             # (A few small batches may still fit in pages already allocated.)
             consecutive = 0
             for k in range(200):
