@@ -16,7 +16,6 @@ from itertools import count
 
 import trio
 
-from protocol.errors import ErrorCode
 from protocol.framing import FrameReader, FrameTooLarge, frame, parse_request_header, response_header
 from protocol.messages import ApiKey, api
 from protocol.schema import ExternalBytes, SchemaError

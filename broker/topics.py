@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import shutil
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,8 @@ from pathlib import Path
 import trio
 
 from protocol.errors import ErrorCode
+from protocol.records import validate_batches
+from replication.tree import children_of, parent_of
 from storage import Log, LogConfig
 
 from .producer_state import ProducerStateTable
@@ -68,14 +71,13 @@ def validate_topic_name(name: str | None) -> None:
 class ReplicaState:
     """What a partition leader knows about one direct child (Kafka's follower state)."""
 
-    __slots__ = ("log_end_offset", "last_caught_up_ms", "last_fetch_leader_leo", "last_fetch_ms", "hw_sent")
+    __slots__ = ("log_end_offset", "last_caught_up_ms", "last_fetch_leader_leo", "last_fetch_ms")
 
     def __init__(self) -> None:
         self.log_end_offset = -1
         self.last_caught_up_ms = -1
         self.last_fetch_leader_leo = -1
         self.last_fetch_ms = -1
-        self.hw_sent = -1
 
 
 class Partition:
@@ -138,12 +140,10 @@ class Partition:
 
     @property
     def children(self) -> list[int]:
-        from replication.tree import children_of
         return children_of(self.replicas, self.node_id, self.fanout)
 
     @property
     def upstream(self) -> int | None:
-        from replication.tree import parent_of
         return parent_of(self.replicas, self.node_id, self.fanout)
 
     def set_assignment(self, replicas: list[int], fanout: int, leader_epoch: int) -> bool:
@@ -228,13 +228,11 @@ class Partition:
     def on_leader_append(self, base_offset: int) -> None:
         self._note_epoch(self.leader_epoch, base_offset)
         if len(self.replicas) > 1 and not self.authoritative:
-            import time
             self.maybe_advance_hw(time.time_ns() // 1_000_000)
         self.notify_append()
 
     def append_replicated(self, records) -> int:
         """Follower path: the upstream's batches, byte for byte. Returns bytes appended."""
-        from protocol.records import validate_batches
         headers = validate_batches(records, strict=False)
         if not headers:
             return 0
@@ -362,7 +360,7 @@ class TopicRegistry:
             if key == "message.timestamp.type":
                 if value not in ("CreateTime", "LogAppendTime"):
                     raise TopicError(ErrorCode.INVALID_CONFIG,
-                                     f"message.timestamp.type must be CreateTime or LogAppendTime")
+                                     "message.timestamp.type must be CreateTime or LogAppendTime")
             elif key == "cleanup.policy":
                 if value != "delete":
                     raise TopicError(ErrorCode.INVALID_CONFIG, "only cleanup.policy=delete is supported")

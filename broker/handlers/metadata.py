@@ -9,11 +9,15 @@ Auto-creation: kcat, librdkafka and Java producers expect a topic they ask for t
 canopy creates it at once and answers with the real metadata (Kafka may instead answer
 LEADER_NOT_AVAILABLE while creating; both are accepted by clients).
 """
+import trio
+
 from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
 from protocol.schema import ZERO_UUID
 
-from ..topics import TopicError
+from replication.client import PeerError
+
+from ..topics import TopicError, validate_topic_name
 
 API_KEY = ApiKey.METADATA
 MIN_VERSION, MAX_VERSION = 0, 12
@@ -49,8 +53,6 @@ def cluster_topic_metadata(broker, t) -> dict:
 
 
 async def _cluster_handle(ctx, request: dict, version: int, auto_create: bool) -> list:
-    from protocol.messages import ApiKey as K
-    from ..topics import validate_topic_name
     broker = ctx.broker
     cluster = broker.cluster
     image = cluster.image
@@ -88,9 +90,6 @@ async def _cluster_handle(ctx, request: dict, version: int, auto_create: bool) -
 
 async def _create_in_cluster(broker, name: str) -> None:
     """Auto-creation goes to the controller; wait briefly for the record to arrive here."""
-    import trio
-    from protocol.messages import ApiKey as K
-    from replication.client import PeerError
     cluster = broker.cluster
     if cluster.is_controller:
         try:
@@ -99,7 +98,7 @@ async def _create_in_cluster(broker, name: str) -> None:
             pass
         return
     try:
-        await cluster.forward_to_controller(K.CREATE_TOPICS, 5, {"topics": [{
+        await cluster.forward_to_controller(ApiKey.CREATE_TOPICS, 5, {"topics": [{
             "name": name, "num_partitions": -1, "replication_factor": -1}], "timeout_ms": 5000})
     except PeerError:
         return
