@@ -22,8 +22,12 @@ async def handle(ctx, request: dict, version: int) -> dict:
             idx, offset = pr["partition_index"], pr["offset"]
             out = {"partition_index": idx, "low_watermark": -1, "error_code": 0}
             p = topic.partitions[idx] if topic is not None and 0 <= idx < len(topic.partitions) else None
-            if p is None:
+            if p is None or not p.is_replica:
                 out["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif not p.is_leader:
+                # Sent to the leader (as in Kafka); followers learn the new log start offset
+                # from their upstream's Fetch responses and delete their segments too.
+                out["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
             else:
                 if offset == -1:
                     offset = p.high_watermark
