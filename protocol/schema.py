@@ -125,9 +125,17 @@ class _Fixed(Construct):
     def __init__(self, fmt: str, default: Any = 0):
         super().__init__()
         self._s = struct.Struct(fmt)
+        self.fmt = fmt[1:]  # for _Struct's combined formats (all are big-endian)
         self.default = default
 
     def _parse(self, stream, context, path):
+        if type(stream) is ViewStream:  # the hot path: no copy, no construct checks
+            pos = stream._pos
+            end = pos + self._s.size
+            if end > len(stream._view):
+                raise SchemaError(f"truncated at {path}")
+            stream._pos = end
+            return self._s.unpack_from(stream._view, pos)[0]
         try:
             return self._s.unpack(stream_read(stream, self._s.size, path))[0]
         except StreamError as e:
@@ -135,7 +143,7 @@ class _Fixed(Construct):
 
     def _build(self, obj, stream, context, path):
         try:
-            stream_write(stream, self._s.pack(obj), self._s.size, path)
+            stream.write(self._s.pack(obj))
         except struct.error as e:
             raise SchemaError(f"{path}: {e}") from e
         return obj
@@ -166,6 +174,22 @@ BOOL = _Bool()
 
 
 def read_uvarint(stream, path="uvarint") -> int:
+    if type(stream) is ViewStream:
+        view, pos = stream._view, stream._pos
+        n = len(view)
+        result = shift = 0
+        while True:
+            if pos >= n:
+                raise SchemaError(f"truncated at {path}")
+            b = view[pos]
+            pos += 1
+            result |= (b & 0x7F) << shift
+            if not b & 0x80:
+                stream._pos = pos
+                return result
+            shift += 7
+            if shift > 35:
+                raise SchemaError(f"{path}: varint too long")
     result = shift = 0
     while True:
         b = stream_read(stream, 1, path)[0]
@@ -177,7 +201,12 @@ def read_uvarint(stream, path="uvarint") -> int:
             raise SchemaError(f"{path}: varint too long")
 
 
+_SMALL_UVARINTS = [bytes([i]) for i in range(128)]
+
+
 def uvarint_bytes(value: int) -> bytes:
+    if 0 <= value < 128:  # lengths + 1, tag counts: almost always one byte
+        return _SMALL_UVARINTS[value]
     out = bytearray()
     while True:
         b = value & 0x7F
@@ -194,8 +223,7 @@ class _UVarInt(Construct):
         return read_uvarint(stream, path)
 
     def _build(self, obj, stream, context, path):
-        data = uvarint_bytes(obj)
-        stream_write(stream, data, len(data), path)
+        stream.write(uvarint_bytes(obj))
         return obj
 
 
@@ -252,6 +280,12 @@ class _String(Construct):
                 raise SchemaError(f"{path}: null for a non-nullable string")
             return None
         try:
+            if type(stream) is ViewStream:
+                pos = stream._pos
+                if pos + n > len(stream._view):
+                    raise SchemaError(f"truncated at {path}")
+                stream._pos = pos + n
+                return str(stream._view[pos:pos + n], "utf-8")
             return str(stream_read(stream, n, path), "utf-8")
         except UnicodeDecodeError as e:
             raise SchemaError(f"{path}: invalid UTF-8") from e
@@ -264,7 +298,7 @@ class _String(Construct):
             return obj
         data = obj.encode("utf-8")
         self.length._build(len(data), stream, context, path)
-        stream_write(stream, data, len(data), path)
+        stream.write(data)
         return obj
 
 
@@ -379,9 +413,45 @@ class _Struct(Construct):
         self.fields = fields
         self.tagged = {f.tag: f for f in tagged}
         self.flexible = flexible
+        self._tags_sorted = sorted(self.tagged.items())
+        # The codec's speed: runs of adjacent fixed-size fields (int8..int64, uint16/32,
+        # float64) become one precompiled struct.Struct, unpacked/packed in one call;
+        # other fields keep their own codec. Plan items: (Struct, names, defaults) or
+        # (None, name, field).
+        self._plan: list[tuple] = []
+        run: list[Field] = []
+
+        def close_run():
+            if run:
+                fmt = ">" + "".join(f.codec.fmt for f in run)
+                self._plan.append((struct.Struct(fmt), tuple(f.name for f in run),
+                                   tuple(f.default for f in run)))
+                run.clear()
+
+        for f in fields:
+            if isinstance(f.codec, _Fixed):
+                run.append(f)
+            else:
+                close_run()
+                self._plan.append((None, f.name, f))
+        close_run()
 
     def _parse(self, stream, context, path):
-        obj = {f.name: f.codec._parse(stream, context, path) for f in self.fields}
+        if type(stream) is ViewStream:
+            obj = {}
+            view = stream._view
+            for s, a, b in self._plan:
+                if s is None:
+                    obj[a] = b.codec._parse(stream, context, path)
+                else:
+                    pos = stream._pos
+                    end = pos + s.size
+                    if end > len(view):
+                        raise SchemaError(f"truncated at {path}")
+                    stream._pos = end
+                    obj.update(zip(a, s.unpack_from(view, pos)))
+        else:
+            obj = {f.name: f.codec._parse(stream, context, path) for f in self.fields}
         if self.flexible:
             for f in self.tagged.values():
                 obj[f.name] = _copy_default(f.default)
@@ -396,16 +466,26 @@ class _Struct(Construct):
 
     def _build(self, obj, stream, context, path):
         get = obj.get
-        for f in self.fields:
-            v = get(f.name, _MISSING)
-            f.codec._build(_copy_default(f.default) if v is _MISSING else v, stream, context, path)
+        write = stream.write
+        for s, a, b in self._plan:
+            if s is None:
+                v = get(a, _MISSING)
+                b.codec._build(_copy_default(b.default) if v is _MISSING else v, stream, context, path)
+            else:
+                try:
+                    # fixed-size defaults are numbers: nothing to copy
+                    write(s.pack(*[get(name, d) for name, d in zip(a, b)]))
+                except struct.error as e:
+                    raise SchemaError(f"{path}: {e} (one of {', '.join(a)})") from e
         if self.flexible:
             present = []
-            for tag in sorted(self.tagged):
-                f = self.tagged[tag]
+            for tag, f in self._tags_sorted:
                 v = get(f.name, _MISSING)
                 if v is not _MISSING and v != f.default:
                     present.append((tag, f, v))
+            if not present:
+                write(b"\x00")
+                return obj
             UVARINT._build(len(present), stream, context, path)
             for tag, f, v in present:
                 sub = BytesIO()
