@@ -95,12 +95,14 @@ def fetch_committed(client: RawClient, group: str, topic: str, partition: int) -
     return p["committed_offset"], p["metadata"]
 
 
-def rss_kib(pid: int) -> int:
+def rss_kib(pid: int, field: str = "VmRSS") -> int:
+    """Resident memory; field "RssAnon" leaves out file pages (the mmap'd active
+    segments are resident as they are written, which is page cache, not a leak)."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
+    raise RuntimeError(f"no {field}")
 
 
 def open_fds(pid: int) -> int:

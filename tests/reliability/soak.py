@@ -119,6 +119,7 @@ def main() -> int:
             assert b.proc.poll() is None, "broker died:\n" + b.log_text()
             with lock:
                 s = {"t": round(time.monotonic() - t0), "rss_kib": rss_kib(b.proc.pid),
+                     "anon_kib": rss_kib(b.proc.pid, "RssAnon"),
                      "fds": open_fds(b.proc.pid), "acked": stats["acked"], "consumed": len(seen)}
             samples.append(s)
             print(json.dumps(s), flush=True)
@@ -140,13 +141,15 @@ def main() -> int:
     n = len(samples)
     warm = samples[max(1, n // 5)] if n > 2 else samples[-1]
     tail = samples[-max(1, n // 5):]
-    rss_growth = max(s["rss_kib"] for s in tail) - warm["rss_kib"]
+    # heap growth (RssAnon): VmRSS also counts the mmap'd active segment's page cache
+    rss_growth = max(s["anon_kib"] for s in tail) - warm["anon_kib"]
     fd_growth = max(s["fds"] for s in tail) - warm["fds"]
     result = {"minutes": args.minutes, "records_acknowledged": stats["acked"],
               "records_consumed": len(seen), "produce_errors": stats["produce_errors"],
               "consumer_errors": stats["consumer_errors"], "rebalances": stats["rebalances"],
               "rss_kib_after_warmup": warm["rss_kib"], "rss_kib_end": samples[-1]["rss_kib"],
-              "rss_growth_kib": rss_growth, "fds_after_warmup": warm["fds"], "fds_end": samples[-1]["fds"],
+              "anon_kib_after_warmup": warm["anon_kib"], "anon_kib_end": samples[-1]["anon_kib"],
+              "anon_growth_kib": rss_growth, "fds_after_warmup": warm["fds"], "fds_end": samples[-1]["fds"],
               "fd_growth": fd_growth, "broker_warnings": b.log_text().count("WARNING")}
     Path(".cache").mkdir(exist_ok=True)
     Path(".cache/soak.json").write_text(json.dumps({"result": result, "samples": samples}, indent=1))
