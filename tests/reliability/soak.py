@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import threading
@@ -138,6 +139,8 @@ def main() -> int:
     finally:
         stop.set()
         b.stop()
+        warnings = [line for line in b.log_text().splitlines() if "WARNING" in line or "ERROR" in line]
+        shutil.rmtree(tmp, ignore_errors=True)
     n = len(samples)
     warm = samples[max(1, n // 5)] if n > 2 else samples[-1]
     tail = samples[-max(1, n // 5):]
@@ -150,7 +153,7 @@ def main() -> int:
               "rss_kib_after_warmup": warm["rss_kib"], "rss_kib_end": samples[-1]["rss_kib"],
               "anon_kib_after_warmup": warm["anon_kib"], "anon_kib_end": samples[-1]["anon_kib"],
               "anon_growth_kib": rss_growth, "fds_after_warmup": warm["fds"], "fds_end": samples[-1]["fds"],
-              "fd_growth": fd_growth, "broker_warnings": b.log_text().count("WARNING")}
+              "fd_growth": fd_growth, "broker_warnings": len(warnings)}
     Path(".cache").mkdir(exist_ok=True)
     Path(".cache/soak.json").write_text(json.dumps({"result": result, "samples": samples}, indent=1))
     record_figures("soak", **result)
