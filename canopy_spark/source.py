@@ -132,22 +132,25 @@ def read_partition(opts: dict[str, str], part: OffsetRange) -> Iterator:
     conf = K.client_config(opts)
     fail = K.parse_bool(opts.get("failondataloss"), True)
     timeout_s = float(opts.get("kafkaconsumer.polltimeoutms", "120000")) / 1000.0
+    ts_type = pa.timestamp("us", tz="UTC")
     for msgs in K.read_range(conf, part.topic, part.partition, part.start, part.until, fail, timeout_s):
         n = len(msgs)
-        ts = []
-        tstype = []
-        for m in msgs:
+        keys, values, offsets, ts, tstype = [], [], [], [], []
+        for m in msgs:  # one pass: this loop is the source's per-record cost
+            keys.append(m.key())
+            values.append(m.value())
+            offsets.append(m.offset())
             kind, t = m.timestamp()
-            ts.append(t * 1000 if t is not None and t >= 0 else None)
+            ts.append(t * 1000 if t >= 0 else None)
             # librdkafka: 1 CreateTime, 2 LogAppendTime; Kafka's TimestampType.id: 0, 1.
             tstype.append(1 if kind == 2 else 0)
         cols = [
-            pa.array([m.key() for m in msgs], pa.binary()),
-            pa.array([m.value() for m in msgs], pa.binary()),
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
             pa.array([part.topic] * n, pa.string()),
             pa.array([part.partition] * n, pa.int32()),
-            pa.array([m.offset() for m in msgs], pa.int64()),
-            pa.array(ts, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            pa.array(offsets, pa.int64()),
+            pa.array(ts, ts_type),
             pa.array(tstype, pa.int32()),
         ]
         if include_headers:
