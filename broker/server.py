@@ -103,6 +103,11 @@ class Connection:
             log.warning("closing connection %s from %s: %s", self.id, self.peer, e)
         except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
             pass
+        except Exception:
+            # A bug reached by one client's bytes (e.g. a response that cannot be
+            # encoded) must cost that connection, never the broker: an exception
+            # escaping this task would cancel the whole server nursery.
+            log.exception("connection %s from %s failed; closing it", self.id, self.peer)
         finally:
             with trio.CancelScope(shield=True):
                 await self.stream.aclose()

@@ -322,3 +322,20 @@ def test_hypothesis_random_bodies_for_every_key_and_version(fuzz_broker, key, ve
         result = _recv_until_probe(s, 0.5 if key in MAY_BLOCK else 15)
         assert result != "timeout" or key in MAY_BLOCK, f"no answer and no close for key {key} v{version}"
     assert b.proc.poll() is None, b.log_text()
+
+
+def test_unencodable_response_closes_only_that_connection(fuzz_broker):
+    """Found by the fuzzer: Metadata v10/v11 naming a topic with a null name made the
+    handler build a response its schema cannot encode, and the exception escaped the
+    connection task and stopped the whole broker. Now only the connection closes."""
+    import uuid
+
+    from tests.e2e.rawclient import RawClient
+    b, _ = fuzz_broker
+    for v in (10, 11):
+        c = RawClient(b.bootstrap)
+        c.send_raw(encode_request(ApiKey.METADATA, v, 5, "null-name", {
+            "topics": [{"topic_id": uuid.UUID(int=0), "name": None}], "allow_auto_topic_creation": True}))
+        c.recv_frame()  # an answer or a close, either is fine
+        c.close()
+    _alive(b)
