@@ -158,6 +158,35 @@ def test_two_gib_declared_size_within_limit_waits_without_allocating():
     assert r.buffered == 4 + 100 * 100
 
 
+def test_full_buffer_reused_only_once_no_frame_from_it_is_held():
+    """A full buffer is reused in place (no fresh allocation per large frame) once every
+    frame handed out from it is gone; a frame still held keeps its bytes."""
+    r = FrameReader(chunk_size=64)
+    r.feed(_size(100) + b"a" * 100)
+    f = r.next_frame()
+    del f
+    buf = id(r._buf)  # not a reference: that would count as a held frame
+    r.feed(_size(100) + b"b" * 100)  # does not fit after the first: reused
+    assert id(r._buf) == buf
+    f = r.next_frame()
+    assert bytes(f) == b"b" * 100
+    r.feed(_size(100) + b"c" * 100)  # f still held: a new buffer
+    assert id(r._buf) != buf
+    assert bytes(f) == b"b" * 100
+    assert bytes(r.next_frame()) == b"c" * 100
+
+
+def test_partial_frame_carried_over_when_the_buffer_is_reused():
+    r = FrameReader(chunk_size=64)
+    frames = [bytes([i]) * (30 + i) for i in range(40)]
+    stream = b"".join(_size(len(x)) + x for x in frames)
+    got = []
+    for i in range(0, len(stream), 37):
+        r.feed(stream[i:i + 37])
+        got += [bytes(f) for f in _drain(r)]  # copied, views dropped: buffer reusable
+    assert got == frames
+
+
 # --------------------------------------------------------------------------- request headers
 
 def _raw_header(key, version, corr, client_id: bytes | None, tagged: bytes | None = None) -> bytes:
