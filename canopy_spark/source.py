@@ -165,7 +165,7 @@ def read_partition(opts: dict[str, str], part: OffsetRange) -> Iterator:
 def _ranges(start: dict, end: dict) -> list[OffsetRange]:
     parts = []
     for (t, p), until in sorted(end.items()):
-        frm = start.get((t, p), 0)  # a partition new since `start` is read from its beginning
+        frm = start[(t, p)]
         if until > frm:
             parts.append(OffsetRange(t, p, frm, until))
     return parts
@@ -237,6 +237,9 @@ class CanopyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if start is None:  # pyspark 4.0/4.1: no admission control
             return K.to_offsets_json(latest)
         begin = K.from_offsets_json(start)
+        new = [tp for tp in latest if tp not in begin]
+        if new:  # rate-limit new partitions from their log start (see partitions())
+            begin.update(r.earliest(new))
         for tp, off in begin.items():
             if tp not in latest and self.fail_on_data_loss:
                 raise K.DataLossError(f"partition {tp[0]}-{tp[1]} is gone (topic deleted?)")
@@ -282,7 +285,13 @@ class CanopyStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return K.to_offsets_json(r.latest(r.partitions()))
 
     def partitions(self, start: dict, end: dict):
-        return _ranges(K.from_offsets_json(start), K.from_offsets_json(end))
+        begin, until = K.from_offsets_json(start), K.from_offsets_json(end)
+        new = [tp for tp in until if tp not in begin]
+        if new:
+            # Partitions (or pattern-matched topics) that appeared since `start` are read from
+            # their log start offset, as Spark's KafkaMicroBatchStream does for new partitions.
+            begin.update(self.reader.earliest(new))
+        return _ranges(begin, until)
 
     def read(self, partition: OffsetRange):
         return read_partition(self.opts, partition)

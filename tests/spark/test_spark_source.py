@@ -226,3 +226,35 @@ def test_fail_on_data_loss_after_delete_records(spark, broker):
     assert [(r.offset, bytes(r.value)) for r in rows] == [(i, b"%d" % i) for i in range(40, 100)]
     # "earliest" means the log start offset, not 0
     assert reader(spark, broker.bootstrap, subscribe="cut").count() == 60
+
+
+def test_stream_pattern_picks_up_new_topic_from_its_start(spark, broker, tmp_path):
+    """subscribePattern: a topic created between runs is read from its log start, the old
+    one continues where the checkpoint left it."""
+    def send(topic, lo, hi):
+        p = Producer({"bootstrap.servers": broker.bootstrap})
+        for i in range(lo, hi):
+            p.produce(topic, value=b"%s-%d" % (topic.encode(), i))
+        assert p.flush(30) == 0
+
+    create_topic(broker.bootstrap, "grow-a", 1)
+    send("grow-a", 0, 50)
+
+    def run():
+        q = (spark.readStream.format("canopy").option("kafka.bootstrap.servers", broker.bootstrap)
+             .option("subscribePattern", "^grow-").option("startingOffsets", "earliest").load()
+             .selectExpr("topic", "offset", "value")
+             .writeStream.format("parquet").option("path", str(tmp_path / "out"))
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+        q.awaitTermination(240)
+        assert q.exception() is None
+
+    run()
+    create_topic(broker.bootstrap, "grow-b", 2)
+    send("grow-b", 0, 30)
+    send("grow-a", 50, 70)
+    run()
+    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    got = sorted(bytes(r.value) for r in rows)
+    assert len(got) == len(set(got)) == 100
+    assert got == sorted([b"grow-a-%d" % i for i in range(70)] + [b"grow-b-%d" % i for i in range(30)])
