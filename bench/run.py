@@ -261,9 +261,10 @@ def main(argv: list[str] | None = None) -> int:
     cfg = config(args)
     t0 = time.monotonic()
     machine = machine_note()
+    git = git_head()  # at the start: other sessions may commit while the bench runs
     suite = Suite(args, cfg, stamp)
     suite.run()
-    rep = {"timestamp": _dt.datetime.now().isoformat(timespec="seconds"), "git": git_head(),
+    rep = {"timestamp": _dt.datetime.now().isoformat(timespec="seconds"), "git": git,
            "machine": machine, "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
            "wall_seconds": round(time.monotonic() - t0, 1),
            "client": {"confluent-kafka": confluent_kafka.version()[0],
