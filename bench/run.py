@@ -181,7 +181,8 @@ def py_spy(broker: brokers.Broker, raw_out: Path, fn) -> dict:
         exe = Path(shutil.which("py-spy") or "")
     if not exe.is_file():
         raise RuntimeError("py-spy missing: .venv/bin/pip install py-spy")
-    sp = subprocess.Popen([str(exe), "record", "--pid", str(broker.pid), "--rate", "200",
+    rate = os.environ.get("BENCH_PYSPY_RATE", "200")  # samples/s
+    sp = subprocess.Popen([str(exe), "record", "--pid", str(broker.pid), "--rate", rate,
                            "--format", "raw", "-o", str(raw_out), "--nonblocking"],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     time.sleep(1.0)  # let py-spy attach
