@@ -116,6 +116,10 @@ class Broker:
         self.name, self.note, self.log, self.kind = name, note, log, kind
         self.create_topics = create_topics
         self.partitions_max = partitions_max
+        # Daemons the broker starts detached (RabbitMQ's epmd): stopped with the broker,
+        # by pid, when none was running before.
+        self.started_daemons: list[int] = []
+        epmd_before = _pids_named("epmd") if kind == "rabbitmq" else set()
         self.port = port or free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self._logf = open(log, "ab")
@@ -133,9 +137,15 @@ class Broker:
                         raise RuntimeError(f"{name} not ready after {start_timeout}s")
                     time.sleep(0.2)
         except BaseException:
+            self._note_daemons(epmd_before)
             self.stop()
             raise
+        self._note_daemons(epmd_before)
         self.start_seconds = time.perf_counter() - t0
+
+    def _note_daemons(self, epmd_before: set[int]) -> None:
+        if self.kind == "rabbitmq" and not epmd_before:
+            self.started_daemons = sorted(_pids_named("epmd"))
 
     @property
     def pid(self) -> int:
@@ -151,19 +161,56 @@ class Broker:
         return peak_rss_mb(self.pid)
 
     def stop(self) -> int | None:
+        # Every descendant by pid, collected first: Debian's rabbitmq-server runs beam
+        # through `su`, in a session of its own, so signalling our process group alone
+        # would orphan it once su exits.
+        tree = [p for p in process_tree(self.pid) if p != self.pid]
         if self.proc.poll() is None:
-            # The whole session: rabbitmq-server is a shell script that runs beam.
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
+        for p in tree:
             try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+                os.kill(p, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and (
+                self.proc.poll() is None or any(_alive(p) for p in tree)):
+            time.sleep(0.1)
+        for p in [self.pid] + tree:
+            if _alive(p):
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        self.proc.wait()
+        for p in self.started_daemons:
+            try:
+                os.kill(p, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
         self._logf.close()
         return self.proc.returncode
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie, e.g. an orphan's defunct child, counts as gone)."""
+    f = _stat_fields(pid)
+    return f is not None and f[0] != "Z"
+
+
+def _pids_named(name: str) -> set[int]:
+    out = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if Path(f"/proc/{entry}/comm").read_text().strip() == name:
+                    out.add(int(entry))
+            except OSError:
+                pass
+    return out
 
 
 def wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float) -> None:
