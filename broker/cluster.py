@@ -101,11 +101,16 @@ class Cluster:
     def _apply(self, offset: int, event: dict) -> None:
         touched = self.image.apply(offset, event)
         registry = self.broker.topics
-        if touched is None:
-            if event["type"] == "delete_topic" and registry.get(event["name"]) is not None:
-                registry.delete(event["name"])
-        else:
-            self._reconcile(touched)
+        try:
+            if touched is None:
+                if event["type"] == "delete_topic" and registry.get(event["name"]) is not None:
+                    registry.delete(event["name"])
+            else:
+                self._reconcile(touched)
+        except (TopicError, OSError) as e:
+            # This broker cannot host what the controller decided (e.g. out of file
+            # descriptors); it stays out of those trees rather than stop replicating.
+            log.error("cannot apply metadata record %d (%s %s): %s", offset, event["type"], event["name"], e)
         self._signal()
 
     def _reconcile(self, t: TopicImage) -> None:
@@ -149,6 +154,7 @@ class Cluster:
         if num_partitions < 1:
             raise TopicError(ErrorCode.INVALID_PARTITIONS, "number of partitions must be at least 1")
         self.broker.topics.validate_configs(configs)
+        self.broker.topics.check_partition_budget(num_partitions)
         rf = replication_factor if replication_factor > 0 else (
             self.config.replication_factor if self.config.replication_factor > 0 else len(self.peers))
         if rf > len(self.peers):

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import re
+import resource
 import shutil
 import time
 import uuid
@@ -314,6 +315,21 @@ class TopicRegistry:
         self.config = config
         self.topics: dict[str, Topic] = {}
         self.by_id: dict[uuid.UUID, Topic] = {}
+        self.fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if self.fd_limit == resource.RLIM_INFINITY:
+            self.fd_limit = 1 << 20
+        # Keep a quarter of the descriptors for connections and everything else.
+        self.max_partitions = max(100, self.fd_limit * 3 // 4 // 3)
+
+    def check_partition_budget(self, adding: int) -> None:
+        """Each open partition holds ~3 file descriptors (segment, index, directory for
+        fsync); refuse a request that would run the broker out of them rather than leave
+        a half-created topic behind."""
+        total = sum(len(t.partitions) for t in self.topics.values()) + adding
+        if total > self.max_partitions:
+            raise TopicError(ErrorCode.POLICY_VIOLATION,
+                             f"this broker can hold at most {self.max_partitions} partitions "
+                             f"(open-file limit {self.fd_limit}); {total} requested in all")
 
     def _partition(self, topic: "Topic", index: int, log_: Log) -> Partition:
         return Partition(topic, index, log_, self.config.node_id, self.config.replica_lag_time_max_ms)
@@ -415,6 +431,7 @@ class TopicRegistry:
             raise TopicError(ErrorCode.INVALID_PARTITIONS, "at most 10000 partitions per topic")
         configs = dict(configs or {})
         self.validate_configs(configs)
+        self.check_partition_budget(num_partitions)
         if validate_only:
             return None
         d = self.root / name
@@ -439,6 +456,7 @@ class TopicRegistry:
                              f"the count can only grow")
         if total > 10_000:
             raise TopicError(ErrorCode.INVALID_PARTITIONS, "at most 10000 partitions per topic")
+        self.check_partition_budget(total - len(topic.partitions))
         if validate_only:
             return
         lc = self.log_config(topic.configs)

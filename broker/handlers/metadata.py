@@ -81,7 +81,7 @@ async def _cluster_handle(ctx, request: dict, version: int, auto_create: bool) -
                 continue
         if t is None:
             out.append({"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None
-                        else ErrorCode.UNKNOWN_TOPIC_ID, "name": name,
+                        else ErrorCode.UNKNOWN_TOPIC_ID, "name": name if name is not None or version >= 12 else "",
                         "topic_id": entry.get("topic_id") or ZERO_UUID, "partitions": []})
             continue
         out.append(cluster_topic_metadata(broker, t))
@@ -142,7 +142,10 @@ async def handle(ctx, request: dict, version: int) -> dict:
             if topic is None:
                 topics.append({"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None
                                else ErrorCode.UNKNOWN_TOPIC_ID,
-                               "name": name, "topic_id": topic_id or ZERO_UUID, "partitions": []})
+                               # v10/v11 let a request name a topic by id only, but their
+                               # response name is not nullable: answer with "".
+                               "name": name if name is not None or version >= 12 else "",
+                               "topic_id": topic_id or ZERO_UUID, "partitions": []})
                 continue
             topics.append(topic_metadata(broker, topic, version))
     return {
