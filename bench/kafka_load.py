@@ -181,14 +181,36 @@ def kp_consume(broker: Broker, topic: str, n: int, size: int, bar: Progress) -> 
     return result(got, size, t1 - t0, cpu1 - cpu0, broker)
 
 
+def best_of(run, passes: int, budget_s: float = 5.0) -> dict:
+    """Up to `passes` passes, the fastest reported (its msg/s and CPU together), and every
+    pass's msg/s beside it. Other sessions' bursts on this shared machine only ever slow a
+    pass down, so the best pass is the least disturbed one. A pass slower than budget_s
+    ends the series (nafka: one pass of its consume takes a minute)."""
+    results = []
+    for _ in range(max(1, passes)):
+        results.append(run())
+        if results[-1]["seconds"] > budget_s:
+            break
+    best = dict(max(results, key=lambda r: r["msg_per_s"]))
+    best["passes_msg_per_s"] = [r["msg_per_s"] for r in results]
+    return best
+
+
 def w1(broker: Broker, cfg: dict, bar: Progress) -> dict:
     out: dict = {}
+    n, passes = cfg["records"], cfg.get("passes", 1)
     for size in cfg["sizes"]:
-        topic = f"w1-{size}-{uuid.uuid4().hex[:6]}"
-        make_topic(broker, topic)
-        out[f"produce_{size}"] = ck_produce(broker, topic, cfg["records"], size, bar)
+        topics: list[str] = []
+
+        def produce_pass():
+            topics.append(f"w1-{size}-{uuid.uuid4().hex[:6]}")
+            make_topic(broker, topics[-1])
+            return ck_produce(broker, topics[-1], n, size, bar)
+
+        out[f"produce_{size}"] = best_of(produce_pass, passes)
         bar.step(1)
-        out[f"consume_{size}"] = ck_consume(broker, topic, cfg["records"], size, bar)
+        out[f"consume_{size}"] = best_of(lambda: ck_consume(broker, topics[0], n, size, bar),
+                                         passes)
         bar.step(1)
     # acks=all: replication exists; on one broker the ISR is the leader alone, so this
     # mostly shows the cost of the acks=all path itself.

@@ -66,6 +66,7 @@ def config(args) -> dict:
         "w4_partitions": 100 if quick else 1000,
         "w4_producers": 10 if quick else 100, "w4_per_producer": 50 if quick else 100,
         "w5_bytes": (256 << 20) if quick else args.w5_gb << 30, "w5_partitions": 4,
+        "passes": args.passes,
     }
     return cfg
 
@@ -247,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="skip the py-spy profile of canopy under W1")
     ap.add_argument("--records", type=int, help="W1 records per size (200000)")
     ap.add_argument("--round-trips", type=int, help="W2 sequential produces (2000)")
+    ap.add_argument("--passes", type=int, default=3,
+                    help="W1 confluent produce/consume passes per broker, best reported (3)")
     ap.add_argument("--w5-gb", type=int, default=10, help="W5 log size in GiB (10)")
     ap.add_argument("--w5-dir", help="where W5 writes its log (default: $TMPDIR)")
     ap.add_argument("-v", "--verbose", action="store_true", help="tracebacks on failure")
