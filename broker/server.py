@@ -176,6 +176,14 @@ class Connection:
             return
         sock = self.stream.socket
         view = memoryview(data)
+        try:
+            # Usually the whole response fits the socket buffer: one write(2), no cancel
+            # scope, no trip through the scheduler (the W2 round-trip profile's 8%).
+            view = view[os.write(sock.fileno(), view):]
+        except BlockingIOError:
+            pass
+        except OSError as e:
+            raise trio.BrokenResourceError from e
         while view:
             with trio.move_on_after(SEND_TIMEOUT_S):
                 try:
