@@ -17,7 +17,6 @@ A single-node broker (no ``peers``) skips all of this: topics live in the regist
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 
 import trio
@@ -31,15 +30,12 @@ from replication.metadata import (METADATA_TOPIC, MetadataImage, TopicImage, dec
                                   isr_event, leader_event, topic_event)
 from replication.tree import assign_replicas, parent_of, promote
 
+from .broker import now_ms
 from .topics import TopicError, validate_topic_name
 
 log = logging.getLogger("canopy.cluster")
 
 PROBE_INTERVAL_S = 0.25
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class Cluster:

@@ -179,7 +179,7 @@ def wait_for(cond, what: str, timeout: float = 30.0, interval: float = 0.1):
             value = cond()
             if value:
                 return value
-        except (OSError, AssertionError, KeyError) as e:
+        except (OSError, AssertionError, KeyError, IndexError) as e:
             last_exc = e
         time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what} ({last_exc!r})")

@@ -12,6 +12,8 @@ import pytest
 from tests.e2e.conftest import CANOPY, BrokerProcess, free_port
 from tests.e2e.rawclient import RawClient
 
+from .conftest import wait_for
+
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
@@ -53,20 +55,6 @@ def metadata(bootstrap: str, topic: str) -> dict:
     assert t["error_code"] == 0, t
     return {p["partition_index"]: (p["leader_id"], p["leader_epoch"], list(p["replica_nodes"]), list(p["isr_nodes"]))
             for p in t["partitions"]}
-
-
-def wait_for(cond, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            v = cond()
-            if v:
-                return v
-        except (OSError, AssertionError, KeyError, IndexError) as e:
-            last = e
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what} ({last!r})")
 
 
 def create_topic(brokers, name: str, partitions: int = 1, configs: dict | None = None) -> None:
