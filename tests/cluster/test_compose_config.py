@@ -14,10 +14,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.e2e.conftest import ROOT, require_tool
-
-yaml = pytest.importorskip("yaml")
 
 COMPOSE = ROOT / "compose.yaml"
 NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/canopy-no-docker.sock", "PATH": "/usr/bin:/bin:/usr/local/bin"}
