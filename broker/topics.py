@@ -234,10 +234,9 @@ class Partition:
 
     def append_replicated(self, records) -> int:
         """Follower path: the upstream's batches, byte for byte. Returns bytes appended."""
-        headers = validate_batches(records, strict=False)
-        if not headers:
-            return 0
-        self.log.append_replicated(records)
+        self.log.append_replicated(records)   # validates headers and CRCs
+        # The producer state and epoch cache need the headers only: walk them, no second CRC.
+        headers = validate_batches(records, strict=False, check_crc=False)
         for h in headers:
             self._note_epoch(h.partition_leader_epoch, h.base_offset)
             if h.producer_id >= 0 and not h.is_control:
@@ -335,27 +334,24 @@ class TopicRegistry:
         return Partition(topic, index, log_, self.config.node_id, self.config.replica_lag_time_max_ms)
 
     # -- configs ---------------------------------------------------------------
-    def log_config(self, topic_configs: dict[str, str]) -> LogConfig:
+    def _log_defaults(self) -> dict[str, str]:
+        """The broker-wide defaults of the topic configs storage enforces."""
         c = self.config
-        merged = {
+        return {
             "retention.ms": str(c.log_retention_ms),
             "retention.bytes": str(c.log_retention_bytes),
             "segment.bytes": str(c.log_segment_bytes),
             "segment.ms": str(c.log_segment_ms),
             "max.message.bytes": str(c.message_max_bytes),
         }
-        merged.update(topic_configs)
-        return LogConfig.from_topic_configs(merged)
+
+    def log_config(self, topic_configs: dict[str, str]) -> LogConfig:
+        return LogConfig.from_topic_configs({**self._log_defaults(), **topic_configs})
 
     def effective_configs(self, topic: Topic) -> dict[str, tuple[str, bool]]:
         """config name -> (value, is_default) as DescribeConfigs reports them."""
-        c = self.config
         defaults = {
-            "retention.ms": str(c.log_retention_ms),
-            "retention.bytes": str(c.log_retention_bytes),
-            "segment.bytes": str(c.log_segment_bytes),
-            "segment.ms": str(c.log_segment_ms),
-            "max.message.bytes": str(c.message_max_bytes),
+            **self._log_defaults(),
             "message.timestamp.type": "CreateTime",
             "cleanup.policy": "delete",
             "min.insync.replicas": "1",

@@ -24,16 +24,16 @@ import shutil
 import struct
 import threading
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
 from protocol.records import (
-    BATCH_HEADER_SIZE, HEADER_STRUCT, MESSAGE_TOO_LARGE, BatchHeader, InvalidRecordBatch,
+    HEADER_STRUCT, MESSAGE_TOO_LARGE, BatchHeader, InvalidRecordBatch,
     iter_records, validate_batches, LOG_OVERHEAD,
 )
 
-from .segment import Segment, segment_name
+from .segment import Segment
 
 _make_header = BatchHeader._make
 

@@ -428,29 +428,28 @@ class Segment:
 
     # -- lookups ----------------------------------------------------------------
 
-    def find_offset(self, offset: int) -> int:
-        """Index of the first batch whose last offset >= offset (== entries if none)."""
+    def _first_at_least(self, slot: int, value: int, lo: int = 0) -> int:
+        """Index of the first entry from ``lo`` whose int64 field ``slot`` (0 base
+        offset, 1 last offset, 2 running max timestamp) is >= value; the fields are
+        non-decreasing along the index, so this is a bisection."""
         ix = self._ix
-        lo, hi = 0, self.entries
+        hi = self.entries
+        first = _SLOT0 + slot
         while lo < hi:
             mid = (lo + hi) >> 1
-            if ix[_SLOT0 + 1 + 4 * mid] < offset:
+            if ix[first + 4 * mid] < value:
                 lo = mid + 1
             else:
                 hi = mid
         return lo
 
+    def find_offset(self, offset: int) -> int:
+        """Index of the first batch whose last offset >= offset (== entries if none)."""
+        return self._first_at_least(1, offset)
+
     def find_base_below(self, upper_offset: int, lo: int) -> int:
         """Number of entries (from 0) whose base offset < upper_offset, searching from lo."""
-        ix = self._ix
-        hi = self.entries
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if ix[_SLOT0 + 4 * mid] < upper_offset:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        return self._first_at_least(0, upper_offset, lo)
 
     def find_end_within(self, limit_end: int, lo: int, hi: int) -> int:
         """Number of entries (from 0, searching [lo, hi)) ending at or before limit_end."""
@@ -467,15 +466,7 @@ class Segment:
     def find_timestamp(self, ts: int) -> int:
         """Index of the first batch whose running max timestamp >= ts: that batch
         holds a record with timestamp >= ts and no earlier batch does."""
-        ix = self._ix
-        lo, hi = 0, self.entries
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if ix[_SLOT0 + 2 + 4 * mid] < ts:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        return self._first_at_least(2, ts)
 
     def read_at(self, pos: int, size: int) -> bytes:
         return os.pread(self.log_fd, size, pos)

@@ -61,10 +61,6 @@ def produce_to_partition(broker, partition, records, version: int, acks: int = 1
         if len(isr) < min_insync_replicas(broker, partition):
             return _partition_response(index, ErrorCode.NOT_ENOUGH_REPLICAS,
                                        message=f"ISR {isr} is smaller than min.insync.replicas")
-    if len(records) > lg.config.max_message_bytes:
-        return _partition_response(index, ErrorCode.MESSAGE_TOO_LARGE,
-                                   message=f"batch of {len(records)} bytes exceeds max.message.bytes "
-                                           f"{lg.config.max_message_bytes}")
     check = partition.producers.check(header.producer_id, header.producer_epoch,
                                       header.base_sequence, header.last_offset_delta)
     if check.duplicate is not None:
@@ -80,6 +76,8 @@ def produce_to_partition(broker, partition, records, version: int, acks: int = 1
         set_log_append_time(records, 0, append_time)
     try:
         result = lg.append(records, leader_epoch=partition.leader_epoch)
+    except InvalidRecordBatch as e:   # storage enforces max.message.bytes (MESSAGE_TOO_LARGE)
+        return _partition_response(index, e.error_code, message=str(e))
     except (StorageError, OSError) as e:
         # Disk full or an I/O error: storage raised before committing anything, so
         # the log is intact and the client may retry (Kafka answers the same).

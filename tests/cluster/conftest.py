@@ -129,15 +129,7 @@ class ComposeCluster:
     def metadata(self, topic: str, via: int | None = None) -> dict:
         """{partition: (leader, leader_epoch, replicas, isr)} as one broker reports it."""
         node = self.nodes[via] if via is not None else next(n for n in self.nodes.values() if n.alive)
-        c = RawClient(node.bootstrap)
-        try:
-            r = c.request(3, 12, {"topics": [{"name": topic}], "allow_auto_topic_creation": False})
-        finally:
-            c.close()
-        t = r["topics"][0]
-        assert t["error_code"] == 0, t
-        return {p["partition_index"]: (p["leader_id"], p["leader_epoch"], p["replica_nodes"], p["isr_nodes"])
-                for p in t["partitions"]}
+        return partition_metadata(node.bootstrap, topic)
 
     def create_topic(self, topic: str, partitions: int = 1, configs: dict | None = None, via: int | None = None) -> None:
         node = self.nodes[via if via is not None else self.controller_id]
@@ -169,6 +161,19 @@ class ComposeCluster:
         p = r["topics"][0]["partitions"][0]
         assert p["error_code"] == 0, p
         return p["offset"]
+
+
+def partition_metadata(bootstrap: str, topic: str) -> dict:
+    """{partition: (leader, leader_epoch, replicas, isr)} as one broker reports it."""
+    c = RawClient(bootstrap)
+    try:
+        r = c.request(3, 12, {"topics": [{"name": topic}], "allow_auto_topic_creation": False})
+    finally:
+        c.close()
+    t = r["topics"][0]
+    assert t["error_code"] == 0, t
+    return {p["partition_index"]: (p["leader_id"], p["leader_epoch"], list(p["replica_nodes"]),
+                                   list(p["isr_nodes"])) for p in t["partitions"]}
 
 
 def wait_for(cond, what: str, timeout: float = 30.0, interval: float = 0.1):

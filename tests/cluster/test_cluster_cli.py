@@ -8,15 +8,13 @@ import subprocess
 import time
 
 import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.e2e.conftest import CANOPY, BrokerProcess, free_port
-from tests.e2e.rawclient import RawClient
 
+from .conftest import partition_metadata as metadata
 from .conftest import wait_for
-
-confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 HOSTS = {1: "127.0.0.11", 2: "127.0.0.12", 3: "127.0.0.13"}
 
@@ -42,19 +40,6 @@ def cluster3(tmp_path):
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([str(CANOPY), "cluster", *args], capture_output=True, text=True, timeout=timeout)
-
-
-def metadata(bootstrap: str, topic: str) -> dict:
-    """{partition: (leader, leader_epoch, replicas, isr)} as one broker reports it."""
-    c = RawClient(bootstrap)
-    try:
-        r = c.request(3, 12, {"topics": [{"name": topic}], "allow_auto_topic_creation": False})
-    finally:
-        c.close()
-    t = r["topics"][0]
-    assert t["error_code"] == 0, t
-    return {p["partition_index"]: (p["leader_id"], p["leader_epoch"], list(p["replica_nodes"]), list(p["isr_nodes"]))
-            for p in t["partitions"]}
 
 
 def create_topic(brokers, name: str, partitions: int = 1, configs: dict | None = None) -> None:
