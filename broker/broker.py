@@ -111,7 +111,6 @@ class Broker:
 
         self.config = config
         self.node_id = config.node_id
-        self.started_ms = now_ms()
         self.topics = TopicRegistry(config.data_dir, config)
         self.topics.load()
         floor = max((p.producers.highest_producer_id() for p in self.topics.all_partitions()), default=-1)

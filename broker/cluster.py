@@ -447,6 +447,3 @@ class Cluster:
             return None
         r = resp["topics"][0]["partitions"][0]
         return r["offset"] if r["error_code"] == 0 else None
-
-    def close(self) -> None:
-        pass

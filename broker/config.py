@@ -51,7 +51,6 @@ class BrokerConfig:
     log_segment_ms: int = 7 * 24 * 3600 * 1000
     message_max_bytes: int = 1048588
     group_initial_rebalance_delay_ms: int = 0
-    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     log_level: str = "info"
     # -- cluster (replication trees) ------------------------------------------------
     # peers: "ID@HOST:PORT[/RACK],..." — every broker of the cluster, this one included.

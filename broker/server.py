@@ -27,7 +27,6 @@ from .handlers.api_versions import unsupported_version_response
 
 log = logging.getLogger("canopy.server")
 
-RECEIVE_SIZE = 256 * 1024
 _conn_ids = count(1)
 
 # Slow readers are cut off rather than buffered for (seed 000: "if a non-blocking write

@@ -622,14 +622,6 @@ class MessageSchema:
             raise SchemaError(f"{self.name} v{version}: {stream.remaining()} trailing bytes")
         return obj
 
-    def decode_from(self, stream: BytesIO, version: int) -> dict:
-        try:
-            return self.codec(version)._parse(stream, {}, self.name)
-        except SchemaError:
-            raise
-        except (ConstructError, struct.error, ValueError, IndexError) as e:
-            raise SchemaError(f"{self.name} v{version}: {e}") from e
-
     def encode(self, obj: dict, version: int) -> bytes:
         stream = BytesIO()
         self.encode_into(obj, version, stream)

@@ -43,7 +43,6 @@ class UpstreamFetcher:
         self.wait_ms = wait_ms
         self.changed = changed
         self.conn = PeerConnection(address[0], address[1], client_id=f"canopy-replica-{node_id}")
-        self.caught_up = trio.Event()   # set after the first full round without errors
 
     async def run(self) -> None:
         backoff = 0.05

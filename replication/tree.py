@@ -29,15 +29,6 @@ def children_of(replicas: list[int], node: int, fanout: int) -> list[int]:
     return replicas[first:first + fanout]
 
 
-def depth_of(replicas: list[int], node: int, fanout: int) -> int:
-    i = replicas.index(node)
-    d = 0
-    while i:
-        i = (i - 1) // fanout
-        d += 1
-    return d
-
-
 def promote(replicas: list[int], new_leader: int, demoted: int | None = None) -> list[int]:
     """The tree after ``new_leader`` takes over: it becomes the root, the others keep their
     breadth-first order (so most replicas keep a nearby upstream), and the replaced leader
