@@ -21,6 +21,12 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def monotonic_ms() -> int:
+    """For timeouts and lag (replica.lag.time.max.ms): wall-clock jumps must not make a
+    follower look dead or alive."""
+    return time.monotonic_ns() // 1_000_000
+
+
 class ProducerIdAllocator:
     """Hands out producer ids that are never reused, even across restarts.
 
@@ -117,7 +123,6 @@ class Broker:
         self.producer_ids = ProducerIdAllocator(Path(config.data_dir) / "producer_ids.json", floor)
         self.flusher = Flusher(config.flush, config.flush_interval_ms)
         self.cluster = Cluster(self)
-        self.cluster.load()
         self.groups = GroupCoordinator(self)
 
     @property
@@ -125,11 +130,8 @@ class Broker:
         return self.config.advertised_addr
 
     def brokers(self) -> list[dict]:
-        """The brokers Metadata/DescribeCluster report (every peer of the cluster)."""
-        if not self.cluster.enabled:
-            host, port = self.advertised
-            return [{"node_id": self.node_id, "host": host, "port": port, "rack": self.config.rack}]
-        return [{"node_id": n, "host": h, "port": p, "rack": r} for n, (h, p, r) in sorted(self.cluster.peers.items())]
+        """The brokers Metadata/DescribeCluster report (the live ones of a cluster)."""
+        return self.cluster.brokers()
 
     def racks(self) -> dict[int, str | None]:
         return self.cluster.racks()

@@ -33,8 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--auto-create-topics", dest="auto_create_topics", choices=["true", "false"])
     s.add_argument("--max-request-bytes", dest="max_request_bytes", type=int)
     s.add_argument("--rack")
-    s.add_argument("--peers", help="cluster: ID@HOST:PORT[/RACK],... of every broker")
-    s.add_argument("--controller", type=int, help="cluster: node id of the controller")
+    s.add_argument("--metadata-store", dest="metadata_store",
+                   help="cluster: etcd://HOST:PORT[,HOST:PORT...] holding the cluster's metadata")
+    s.add_argument("--unclean-leader-election-enable", dest="unclean_leader_election_enable",
+                   choices=["true", "false"])
     s.add_argument("--fanout", type=int, help="cluster: default children per replica")
     s.add_argument("--min-insync-replicas", dest="min_insync_replicas", type=int)
     s.add_argument("--replica-lag-time-max-ms", dest="replica_lag_time_max_ms", type=int)
@@ -59,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        # httpx logs every etcd request at INFO; canopy logs what matters about etcd itself.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
         from .server import StartupError, serve
         try:
             serve(config)

@@ -52,44 +52,23 @@ class BrokerConfig:
     message_max_bytes: int = 1048588
     group_initial_rebalance_delay_ms: int = 0
     log_level: str = "info"
-    # -- cluster (replication trees) ------------------------------------------------
-    # peers: "ID@HOST:PORT[/RACK],..." — every broker of the cluster, this one included.
-    # Empty means a single-node broker.
-    peers: str = ""
-    controller: int = -1                   # node id of the controller (default: lowest peer id)
+    # -- cluster (replication trees, metadata in etcd) -------------------------------------
+    # metadata_store: "etcd://HOST:PORT[,HOST:PORT...]" — etcd members holding the cluster's
+    # metadata and the controller election. Empty means a single-node broker.
+    metadata_store: str = ""
     fanout: int = 2                        # default children per replica in a tree
-    replication_factor: int = -1           # default for new topics; -1 = every broker
+    replication_factor: int = -1           # default for new topics; -1 = every live broker
     min_insync_replicas: int = 1           # default min.insync.replicas
+    unclean_leader_election_enable: bool = False   # Kafka's default too
     replica_lag_time_max_ms: int = 10_000  # Kafka's replica.lag.time.max.ms (30 s there)
-    leader_failure_timeout_ms: int = 3000  # controller promotes a child after this silence
+    leader_failure_timeout_ms: int = 3000  # the registration lease TTL: silent this long = dead
     replica_fetch_wait_ms: int = 500       # follower long-poll (replica.fetch.wait.max.ms)
-
-    @property
-    def peer_map(self) -> dict[int, tuple[str, int, str | None]]:
-        """node id -> (host, port, rack) from `peers`."""
-        out: dict[int, tuple[str, int, str | None]] = {}
-        for item in filter(None, (x.strip() for x in self.peers.split(","))):
-            node, sep, rest = item.partition("@")
-            if not sep:
-                raise ConfigError(f"peers: expected ID@HOST:PORT[/RACK], got {item!r}")
-            addr, _, rack = rest.partition("/")
-            try:
-                nid = int(node)
-            except ValueError:
-                raise ConfigError(f"peers: bad node id in {item!r}") from None
-            host, port = parse_hostport(addr, "peers")
-            out[nid] = (host, port, rack or None)
-        return out
+    offsets_topic_num_partitions: int = 8  # Kafka's offsets.topic.num.partitions (50 there)
+    offsets_topic_replication_factor: int = 3   # Kafka's offsets.topic.replication.factor
 
     @property
     def is_cluster(self) -> bool:
-        return bool(self.peers.strip())
-
-    @property
-    def controller_id(self) -> int:
-        if not self.is_cluster:
-            return self.node_id
-        return self.controller if self.controller >= 0 else min(self.peer_map)
+        return bool(self.metadata_store.strip())
 
     @property
     def listen_addr(self) -> tuple[str, int]:
@@ -110,13 +89,17 @@ class BrokerConfig:
         if self.node_id < 0:
             raise ConfigError(f"node-id must be >= 0, got {self.node_id}")
         if self.is_cluster:
-            peers = self.peer_map
-            if self.node_id not in peers:
-                raise ConfigError(f"node-id {self.node_id} is not among peers {sorted(peers)}")
-            if self.controller_id not in peers:
-                raise ConfigError(f"controller {self.controller_id} is not among peers {sorted(peers)}")
+            from controller.etcd import parse_endpoints
+            try:
+                parse_endpoints(self.metadata_store)
+            except ValueError as e:
+                raise ConfigError(f"metadata-store: {e}") from None
             if self.fanout < 1:
                 raise ConfigError("fanout must be >= 1")
+            if self.offsets_topic_num_partitions < 1 or self.offsets_topic_replication_factor < 1:
+                raise ConfigError("offsets-topic-num-partitions and offsets-topic-replication-factor must be >= 1")
+            if self.leader_failure_timeout_ms < 1000:
+                raise ConfigError("leader-failure-timeout-ms must be >= 1000 (etcd leases count whole seconds)")
         if self.num_partitions < 1:
             raise ConfigError("num-partitions must be >= 1")
         for name in ("flush_interval_ms", "max_request_bytes", "message_max_bytes", "log_segment_bytes"):

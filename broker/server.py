@@ -307,4 +307,13 @@ def serve(config: BrokerConfig) -> None:
 
 
 async def _run(config: BrokerConfig, raw: socket.socket, broker: Broker) -> None:
-    await _serve_async(config, trio.socket.from_stdlib_socket(raw), broker)
+    from .cluster import StoreUnavailable
+    try:
+        await broker.cluster.connect()
+    except StoreUnavailable as e:
+        raise StartupError(str(e)) from None
+    try:
+        await _serve_async(config, trio.socket.from_stdlib_socket(raw), broker)
+    finally:
+        with trio.CancelScope(shield=True), trio.move_on_after(2):
+            await broker.cluster.aclose()

@@ -25,6 +25,7 @@ import trio
 
 from protocol.errors import ErrorCode
 from protocol.records import validate_batches
+from replication.replica_state import EpochCache, LeaderState
 from replication.tree import children_of, parent_of
 from storage import Log, LogConfig
 
@@ -69,62 +70,43 @@ def validate_topic_name(name: str | None) -> None:
                          f"topic name {name!r} has characters outside [a-zA-Z0-9._-]")
 
 
-class ReplicaState:
-    """What a partition leader knows about one direct child (Kafka's follower state)."""
-
-    __slots__ = ("log_end_offset", "last_caught_up_ms", "last_fetch_leader_leo", "last_fetch_ms")
-
-    def __init__(self) -> None:
-        self.log_end_offset = -1
-        self.last_caught_up_ms = -1
-        self.last_fetch_leader_leo = -1
-        self.last_fetch_ms = -1
-
-
 class Partition:
     """One partition's log plus the broker-side state around it: its place in the
-    replication tree, the high watermark, the ISR, idempotent-producer state and the
-    epoch cache used by OffsetForLeaderEpoch."""
+    replication tree, the high watermark, the ISR (replication/replica_state.py holds the
+    rules), idempotent-producer state and the epoch cache used by OffsetForLeaderEpoch."""
 
     def __init__(self, topic: "Topic", index: int, log_: Log, node_id: int = 0, lag_time_ms: int = 30_000):
         self.topic = topic
         self.index = index
         self.log = log_
         self.node_id = node_id
-        self.lag_time_ms = lag_time_ms
         # Tree order: replicas[0] is the leader (replication/tree.py). Single node: just us.
         self.replicas: list[int] = [node_id]
         self.fanout = 1
         # Kafka keeps the leader epoch stable until leadership changes; a moving epoch
         # makes clients call OffsetForLeaderEpoch.
         self.leader_epoch = 0
+        # The ISR the metadata store holds (the leader proposes, the store commits).
+        self.committed_isr: list[int] = [node_id]
         self.producers = ProducerStateTable()
-        # (epoch, start offset) of every leader epoch seen in the log, oldest first.
-        self.epoch_cache: list[tuple[int, int]] = []
+        self.epochs = EpochCache()
         self._rebuild_from_log()
         # Long-polling fetches park an Event here; an append or a high-watermark move sets
         # them all. One Event per waiting Fetch lets a Fetch wait on many partitions.
         self.waiters: set[trio.Event] = set()
-        self.replica_states: dict[int, ReplicaState] = {}
+        self.leader_state = LeaderState(node_id, lag_time_ms)
         self.hw_sent: dict[int, int] = {}   # replica id -> high watermark last sent to it
         self._hw = self.log.log_start_offset
         self.needs_truncation = False   # a follower must reconcile with its upstream first
-        # The controller's metadata log is committed when written: it never fails over, so
-        # its followers must not hold its high watermark back (a dead broker would).
-        self.authoritative = False
 
     def _rebuild_from_log(self) -> None:
         self.producers = ProducerStateTable()
-        self.epoch_cache = []
+        self.epochs.clear()
         headers = []
         for h in self.log.iter_batch_headers():
             headers.append(h)
-            self._note_epoch(h.partition_leader_epoch, h.base_offset)
+            self.epochs.note(h.partition_leader_epoch, h.base_offset)
         self.producers.rebuild(headers)
-
-    def _note_epoch(self, epoch: int, start_offset: int) -> None:
-        if epoch >= 0 and (not self.epoch_cache or epoch > self.epoch_cache[-1][0]):
-            self.epoch_cache.append((epoch, start_offset))
 
     # -- roles --------------------------------------------------------------------
     @property
@@ -147,68 +129,55 @@ class Partition:
     def upstream(self) -> int | None:
         return parent_of(self.replicas, self.node_id, self.fanout)
 
-    def set_assignment(self, replicas: list[int], fanout: int, leader_epoch: int) -> bool:
-        """Apply the controller's decision; returns True when this broker's role changed."""
+    def set_assignment(self, replicas: list[int], fanout: int, leader_epoch: int,
+                       isr: list[int] | None = None) -> bool:
+        """Apply the metadata store's decision; returns True when this broker's role changed."""
         old = (self.is_leader, self.upstream, self.leader_epoch)
+        was_leader = self.is_leader
         self.replicas, self.fanout = list(replicas), fanout
         epoch_changed = leader_epoch != self.leader_epoch
         self.leader_epoch = leader_epoch
-        if epoch_changed:
-            self.replica_states.clear()
-            if self.is_leader:
+        self.committed_isr = list(isr) if isr else [self.leader]
+        if self.is_leader:
+            self.leader_state.reset(self.children, self.committed_isr, epoch_changed or not was_leader,
+                                    time.monotonic_ns() // 1_000_000)
+            if epoch_changed:
                 # A new leader starts its epoch at its log end; the HW it knew as a
                 # follower stays (never move backwards), children's fetches advance it.
-                self._note_epoch(leader_epoch, self.log.log_end_offset)
-            elif self.is_replica:
-                self.needs_truncation = True
+                self.epochs.note(leader_epoch, self.log.log_end_offset)
+            self.maybe_advance_hw()
+        elif epoch_changed and self.is_replica:
+            self.needs_truncation = True
         self.notify_append()
         return old != (self.is_leader, self.upstream, self.leader_epoch)
 
     # -- high watermark and ISR ------------------------------------------------------
     @property
     def high_watermark(self) -> int:
-        if self.is_leader and (len(self.replicas) == 1 or self.authoritative):
+        if self.is_leader and len(self.replicas) == 1:
             return self.log.log_end_offset   # the only replica: every append is committed
         return min(self._hw, self.log.log_end_offset)
 
-    def isr(self, now_ms: int) -> list[int]:
-        """The leader and the direct children that caught up within replica.lag.time.max.ms."""
-        if not self.is_leader:
-            return [self.leader]
-        out = [self.node_id]
-        for c in self.children:
-            st = self.replica_states.get(c)
-            if st is not None and st.last_caught_up_ms >= 0 and now_ms - st.last_caught_up_ms <= self.lag_time_ms:
-                out.append(c)
-        return out
+    def isr(self) -> list[int]:
+        """The committed ISR (what Metadata reports and acks=all waits for)."""
+        return list(self.committed_isr)
 
-    def maybe_advance_hw(self, now_ms: int) -> None:
+    def proposed_isr(self, now_ms: int) -> list[int]:
+        """What this leader would ask the store to record (caught-up direct children)."""
+        return self.leader_state.proposed_isr(now_ms) if self.is_leader else self.isr()
+
+    def maybe_advance_hw(self) -> None:
         if not self.is_leader:
             return
-        leo = self.log.log_end_offset
-        hw = leo
-        for c in self.isr(now_ms)[1:]:
-            hw = min(hw, self.replica_states[c].log_end_offset)
+        hw = self.leader_state.high_watermark(self.log.log_end_offset)
         if hw > self._hw:
             self._hw = hw
             self.notify_append()
 
     def record_replica_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> None:
-        """Kafka's Partition.updateFollowerFetchState: a child fetching at offset f has
-        everything below f; it is caught up if f reached the leader's log end as of this
-        fetch, or as of its previous fetch."""
-        if not self.is_leader or replica_id not in self.children:
-            return
-        st = self.replica_states.setdefault(replica_id, ReplicaState())
-        leo = self.log.log_end_offset
-        if fetch_offset >= leo:
-            st.last_caught_up_ms = now_ms
-        elif fetch_offset >= st.last_fetch_leader_leo >= 0:
-            st.last_caught_up_ms = max(st.last_caught_up_ms, st.last_fetch_ms)
-        st.log_end_offset = fetch_offset
-        st.last_fetch_leader_leo = leo
-        st.last_fetch_ms = now_ms
-        self.maybe_advance_hw(now_ms)
+        if self.is_leader and self.leader_state.record_fetch(replica_id, fetch_offset,
+                                                             self.log.log_end_offset, now_ms):
+            self.maybe_advance_hw()
 
     def set_follower_high_watermark(self, hw: int) -> None:
         hw = min(hw, self.log.log_end_offset)
@@ -227,9 +196,9 @@ class Partition:
 
     # -- appends --------------------------------------------------------------------
     def on_leader_append(self, base_offset: int) -> None:
-        self._note_epoch(self.leader_epoch, base_offset)
-        if len(self.replicas) > 1 and not self.authoritative:
-            self.maybe_advance_hw(time.time_ns() // 1_000_000)
+        self.epochs.note(self.leader_epoch, base_offset)
+        if len(self.replicas) > 1:
+            self.maybe_advance_hw()
         self.notify_append()
 
     def append_replicated(self, records) -> int:
@@ -238,7 +207,7 @@ class Partition:
         # The producer state and epoch cache need the headers only: walk them, no second CRC.
         headers = validate_batches(records, strict=False, check_crc=False)
         for h in headers:
-            self._note_epoch(h.partition_leader_epoch, h.base_offset)
+            self.epochs.note(h.partition_leader_epoch, h.base_offset)
             if h.producer_id >= 0 and not h.is_control:
                 self.producers.record(h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta,
                                       h.base_offset, h.max_timestamp)
@@ -256,21 +225,11 @@ class Partition:
 
     # -- leader epochs (OffsetForLeaderEpoch) ------------------------------------------
     def latest_epoch(self) -> int:
-        return self.epoch_cache[-1][0] if self.epoch_cache else -1
+        return self.epochs.latest()
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        """Kafka's LeaderEpochFileCache.endOffsetFor: (epoch, end offset) of the largest
-        epoch <= the one asked, ending where the next epoch starts (or at the log end)."""
-        if epoch < 0:
-            return -1, -1
-        latest = max(self.latest_epoch(), self.leader_epoch if self.is_leader else -1)
-        if epoch >= latest:
-            return (latest if latest <= epoch else epoch), self.log.log_end_offset
-        higher = next(((e, s) for e, s in self.epoch_cache if e > epoch), None)
-        if higher is None:
-            return latest, self.log.log_end_offset
-        floor = [e for e, _ in self.epoch_cache if e <= epoch]
-        return (floor[-1] if floor else epoch), higher[1]
+        return self.epochs.end_offset_for(epoch, self.log.log_end_offset,
+                                          self.leader_epoch if self.is_leader else -1)
 
     @property
     def log_start_offset(self) -> int:

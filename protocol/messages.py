@@ -45,7 +45,6 @@ class ApiKey(IntEnum):
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
-    CANOPY_ALTER_ISR = 10001   # canopy-internal, not advertised
 
 
 _NAMES = {
@@ -67,7 +66,6 @@ _NAMES = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: "AlterPartitionReassignments",
     ApiKey.OFFSET_DELETE: "OffsetDelete", ApiKey.DESCRIBE_CLUSTER: "DescribeCluster",
     ApiKey.DESCRIBE_PRODUCERS: "DescribeProducers",
-    ApiKey.CANOPY_ALTER_ISR: "CanopyAlterIsr",
 }
 
 # Versions Kafka 4 removed from its schemas but that clients still need to see advertised.

@@ -41,19 +41,13 @@ def promote(replicas: list[int], new_leader: int, demoted: int | None = None) ->
     return out
 
 
-def assign_replicas(brokers: list[int], partition: int, replication_factor: int,
-                    controller: int | None = None) -> list[int]:
-    """Spread leaders over brokers by rotating the sorted broker list per partition.
-
-    The controller goes last — the deepest leaf — whenever there are other brokers: it
-    must survive a leader's failure to promote a replacement (controller failover is out
-    of scope), so it should not be the leader that fails."""
-    others = sorted(b for b in brokers if b != controller)
-    n = len(others)
-    rotated = [others[(partition + k) % n] for k in range(n)]
-    if controller in brokers:
-        rotated.append(controller)
-    return rotated[:min(replication_factor, len(rotated))]
+def assign_replicas(brokers: list[int], partition: int, replication_factor: int) -> list[int]:
+    """Spread leaders over brokers by rotating the sorted broker list per partition (any
+    broker may lead: the controller is elected and fails over like everything else)."""
+    ordered = sorted(brokers)
+    n = len(ordered)
+    rotated = [ordered[(partition + k) % n] for k in range(n)]
+    return rotated[:min(replication_factor, n)]
 
 
 def render(replicas: list[int], fanout: int) -> list[str]:

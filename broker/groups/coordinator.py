@@ -1,12 +1,21 @@
 """The group coordinator: every group on this broker, their timers, committed offsets.
 
-Single node, so this broker coordinates every group. Membership lives in ``Group``
-objects (group.py, a sans-IO state machine); this class owns the clock (trio's, so tests
-can use ``trio.testing.MockClock``), the one timer task that drives session expiry and
-the join/sync deadlines, and the durable offsets log (offsets_log.py).
+As in Kafka, group G belongs to partition ``abs(hash(G)) % N`` of ``__consumer_offsets``
+and its coordinator is that partition's leader: a single broker leads the one partition
+of its own topic; in a cluster the controller creates the topic with
+``offsets-topic-num-partitions`` partitions replicated like any topic, FindCoordinator
+names the leader, and any other broker answers NOT_COORDINATOR (clients look again). A
+broker that becomes leader of an offsets partition loads it (replays its log) before it
+answers for its groups; one that loses it drops them.
 
-Membership is not persisted: after a restart members get UNKNOWN_MEMBER_ID on their next
-heartbeat and rejoin, which every client handles. Committed offsets are persisted.
+Membership lives in ``Group`` objects (group.py, a sans-IO state machine); this class
+owns the clock (trio's, so tests can use ``trio.testing.MockClock``), the one timer task
+that drives session expiry and the join/sync deadlines, and the durable offsets log
+(offsets_log.py). A commit is acknowledged once the committed ISR of its partition holds
+it (acks=all), and after the flush policy's fsync.
+
+Membership is not persisted: after a restart or a coordinator move members get
+UNKNOWN_MEMBER_ID or NOT_COORDINATOR and rejoin, which every client handles.
 """
 from __future__ import annotations
 
@@ -19,8 +28,8 @@ from protocol.errors import ErrorCode
 from protocol.records import build_batch
 
 from .group import (DEAD, EMPTY, Group, JoinResult, SyncResult, Waiter)
-from .offsets_log import (MAX_METADATA_BYTES, OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIGS, OffsetEntry,
-                          OffsetTable, encode_key, encode_value)
+from .offsets_log import (MAX_METADATA_BYTES, OFFSETS_TOPIC, OffsetEntry, OffsetTable, encode_key,
+                          encode_value, offsets_topic_configs, partition_for)
 
 log = logging.getLogger("canopy.groups")
 
@@ -32,6 +41,12 @@ MAX_SESSION_TIMEOUT_MS = 1_800_000
 _BATCH_BUDGET = 256 * 1024
 # Snapshot-compact __consumer_offsets when it holds this many records and 4x the live ones.
 COMPACT_MIN_RECORDS = 10_000
+# Kafka's offsets.commit.timeout.ms: how long a commit waits for the ISR.
+OFFSETS_COMMIT_TIMEOUT_S = 5.0
+
+
+class CoordinatorMoved(Exception):
+    """This broker stopped leading the group's offsets partition during a commit."""
 
 
 def _now_ms() -> int:
@@ -51,22 +66,68 @@ class GroupCoordinator:
         self._loaded = False
         self._compacting = False
         self.compact_min_records = COMPACT_MIN_RECORDS
+        self._led: set[int] = set()   # offsets partitions this broker leads and has loaded
 
     # -- lifecycle -----------------------------------------------------------------
     def load(self) -> None:
-        """Create or replay ``__consumer_offsets``. Idempotent."""
+        """Single node: create ``__consumer_offsets`` (one partition) or load it. In a
+        cluster the controller creates it and leadership changes load it. Idempotent."""
         if self._loaded:
             return
         self._loaded = True
+        if self.broker.cluster.enabled:
+            return
         topic = self.broker.topics.get(OFFSETS_TOPIC)
         if topic is None:
-            topic = self.broker.topics.create(OFFSETS_TOPIC, 1, dict(OFFSETS_TOPIC_CONFIGS))
-        n = self.offsets.replay(topic.partitions[0].log)
-        for gid in self.offsets.groups:
-            # Kafka loads groups that only have offsets as Empty groups (ListGroups shows them).
-            self._group(gid, create=True)
-        if n:
-            log.info("loaded %d committed offset record(s) for %d group(s)", n, len(self.offsets.groups))
+            topic = self.broker.topics.create(OFFSETS_TOPIC, 1, offsets_topic_configs(1))
+        for p in topic.partitions:
+            self.on_partition_change(p, lost=False)
+
+    def _partition_count(self) -> int:
+        topic = self.broker.topics.get(OFFSETS_TOPIC)
+        return len(topic.partitions) if topic is not None else 0
+
+    def on_partition_change(self, partition, lost: bool) -> None:
+        """Leadership of an offsets partition arrived (load it) or left (drop its groups)."""
+        if partition.topic.name != OFFSETS_TOPIC:
+            return
+        index = partition.index
+        if not lost and partition.is_leader and index not in self._led:
+            n = self.offsets.replay(partition.log)
+            self._led.add(index)
+            count = self._partition_count()
+            for gid in self.offsets.groups:
+                if partition_for(gid, count) == index:
+                    # Kafka loads groups that only have offsets as Empty groups (ListGroups shows them).
+                    self._group(gid, create=True)
+            log.info("coordinator for %s-%d: loaded %d committed offset record(s)", OFFSETS_TOPIC, index, n)
+        elif (lost or not partition.is_leader) and index in self._led:
+            self._led.discard(index)
+            count = self._partition_count() or index + 1
+            for gid in [g for g in set(self.groups) | set(self.offsets.groups) if partition_for(g, count) == index]:
+                g = self.groups.pop(gid, None)
+                if g is not None:
+                    for m in g.members.values():
+                        if m.join_waiter:
+                            m.join_waiter.complete(JoinResult(ErrorCode.NOT_COORDINATOR, m.member_id))
+                        if m.sync_waiter:
+                            m.sync_waiter.complete(SyncResult(ErrorCode.NOT_COORDINATOR))
+                    g.state = DEAD
+                self.offsets.groups.pop(gid, None)
+            log.info("no longer the coordinator for %s-%d", OFFSETS_TOPIC, index)
+
+    def coordinator_error(self, group_id: str) -> int:
+        """NONE when this broker coordinates ``group_id``; else what Kafka answers."""
+        count = self._partition_count()
+        if count == 0:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        index = partition_for(group_id, count)
+        p = self.broker.topics.partition(OFFSETS_TOPIC, index)
+        if p is None or not p.is_leader or not self.broker.cluster.ready:
+            return ErrorCode.NOT_COORDINATOR
+        if index not in self._led:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return ErrorCode.NONE
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self.load()
@@ -125,6 +186,8 @@ class GroupCoordinator:
                    require_known_member_id: bool) -> JoinResult:
         if not group_id:
             return JoinResult(ErrorCode.INVALID_GROUP_ID, member_id)
+        if err := self.coordinator_error(group_id):
+            return JoinResult(err, member_id)
         if not self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms:
             return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id)
         g = self._group(group_id)
@@ -143,6 +206,8 @@ class GroupCoordinator:
     async def sync(self, group_id: str, *, member_id: str, group_instance_id: str | None,
                    generation_id: int, protocol_type: str | None, protocol_name: str | None,
                    assignments: dict[str, bytes]) -> SyncResult:
+        if err := self.coordinator_error(group_id):
+            return SyncResult(err)
         g = self._group(group_id)
         if g is None:
             return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
@@ -153,6 +218,8 @@ class GroupCoordinator:
 
     def heartbeat(self, group_id: str, *, member_id: str, group_instance_id: str | None,
                   generation_id: int) -> int:
+        if err := self.coordinator_error(group_id):
+            return err
         g = self._group(group_id)
         if g is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
@@ -163,6 +230,8 @@ class GroupCoordinator:
 
     def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> list[tuple[str, str | None, int]]:
         """[(member_id, group_instance_id)] -> [(member_id, group_instance_id, error)]."""
+        if err := self.coordinator_error(group_id):
+            return [(mid, iid, err) for mid, iid in members]
         g = self._group(group_id)
         if g is None:
             return [(mid, iid, ErrorCode.UNKNOWN_MEMBER_ID) for mid, iid in members]
@@ -181,6 +250,8 @@ class GroupCoordinator:
         Returns {(topic, partition): error} for every entry."""
         if not group_id:
             return {(t, p): ErrorCode.INVALID_GROUP_ID for t, p, *_ in offsets}
+        if err := self.coordinator_error(group_id):
+            return {(t, p): err for t, p, *_ in offsets}
         g = self._group(group_id)
         if g is None:
             if generation_id >= 0:
@@ -206,6 +277,11 @@ class GroupCoordinator:
         if records:
             try:
                 await self._persist(group_id, records)
+            except CoordinatorMoved as e:
+                log.info("commit of group %r not acknowledged: %s", group_id, e)
+                for k, _ in records:
+                    result[k] = ErrorCode.NOT_COORDINATOR
+                return result
             except Exception:
                 log.exception("could not write committed offsets of group %r", group_id)
                 for k, _ in records:
@@ -216,16 +292,13 @@ class GroupCoordinator:
                 self.offsets.put(group_id, topic, partition, entry)
                 result[(topic, partition)] = ErrorCode.NONE
             try:
-                await self.maybe_compact()
+                await self.maybe_compact(partition_for(group_id, self._partition_count()))
             except Exception:
                 log.exception("compacting %s failed (will retry on a later commit)", OFFSETS_TOPIC)
         return result
 
     async def _persist(self, group_id: str, records: list) -> None:
-        part = self.broker.topics.partition(OFFSETS_TOPIC, 0)
-        if part is None:   # someone deleted the internal topic: recreate it
-            self.broker.topics.create(OFFSETS_TOPIC, 1, dict(OFFSETS_TOPIC_CONFIGS))
-            part = self.broker.topics.partition(OFFSETS_TOPIC, 0)
+        part = self.broker.topics.partition(OFFSETS_TOPIC, partition_for(group_id, self._partition_count()))
         batch, size = [], 0
         batches = []
         for (topic, partition), e in records:
@@ -236,39 +309,54 @@ class GroupCoordinator:
             batch.append((k, v, [], e.commit_timestamp))
             size += len(k) + len(v) + 32
         batches.append(batch)
+        epoch = part.leader_epoch
         for b in batches:
-            part.log.append(build_batch(b), leader_epoch=part.leader_epoch)
-        part.notify_append()
+            result = part.log.append(build_batch(b), leader_epoch=epoch)
+            part.on_leader_append(result.base_offset)
+        end = part.log.log_end_offset
         self.broker.flusher.mark_dirty(part.log)
         await self.broker.flusher.wait_durable()
+        if len(part.replicas) > 1:
+            # Kafka appends commits with acks=all: acknowledged once the committed ISR holds
+            # them, so they survive the loss of the leader and its disk.
+            if len(part.isr()) < int(part.topic.configs.get("min.insync.replicas", "1")):
+                raise CoordinatorMoved(f"ISR {part.isr()} of {OFFSETS_TOPIC}-{part.index} is below "
+                                       f"min.insync.replicas")
+            if not await part.wait_for_high_watermark(end, OFFSETS_COMMIT_TIMEOUT_S):
+                raise CoordinatorMoved(f"not replicated to the ISR {part.isr()} within "
+                                       f"{OFFSETS_COMMIT_TIMEOUT_S:.0f} s")
+        if part.leader_epoch != epoch or not part.is_leader:
+            raise CoordinatorMoved(f"leadership of {OFFSETS_TOPIC}-{part.index} moved while committing")
 
-    async def maybe_compact(self) -> bool:
+    async def maybe_compact(self, index: int = 0) -> bool:
         """Snapshot compaction of ``__consumer_offsets``: append the live table (newest
         records win on replay, so the snapshot alone rebuilds it), make it durable, then
         advance the log start offset to the snapshot's first offset. A crash at any point
         leaves a log that replays to the same table."""
-        part = self.broker.topics.partition(OFFSETS_TOPIC, 0)
-        if part is None or self._compacting:
+        part = self.broker.topics.partition(OFFSETS_TOPIC, index)
+        if part is None or self._compacting or not part.is_leader:
             return False
         log_ = part.log
-        live = sum(len(t) for t in self.offsets.groups.values())
+        count = self._partition_count()
+        mine = {gid: t for gid, t in self.offsets.groups.items() if partition_for(gid, count) == index}
+        live = sum(len(t) for t in mine.values())
         if log_.log_end_offset - log_.log_start_offset < max(self.compact_min_records, 4 * live):
             return False
         self._compacting = True
         try:
             start = log_.log_end_offset
             # No await until every snapshot batch is appended: commits cannot interleave.
-            for gid, table in list(self.offsets.groups.items()):
+            for gid, table in list(mine.items()):
                 batch, size = [], 0
                 for (topic, partition), e in table.items():
                     k, v = encode_key(gid, topic, partition), encode_value(e)
                     if batch and size + len(k) + len(v) > _BATCH_BUDGET:
-                        log_.append(build_batch(batch), leader_epoch=part.leader_epoch)
+                        part.on_leader_append(log_.append(build_batch(batch), leader_epoch=part.leader_epoch).base_offset)
                         batch, size = [], 0
                     batch.append((k, v, [], e.commit_timestamp))
                     size += len(k) + len(v) + 32
                 if batch:
-                    log_.append(build_batch(batch), leader_epoch=part.leader_epoch)
+                    part.on_leader_append(log_.append(build_batch(batch), leader_epoch=part.leader_epoch).base_offset)
             await trio.to_thread.run_sync(log_.flush)
             log_.delete_records_before(start)
             log.info("compacted %s: %d live offset(s), log start offset now %d",
@@ -285,17 +373,23 @@ class GroupCoordinator:
                   for (t, p) in self.offsets.of_group(gid) if t == topic]
         if not doomed:
             return 0
-        part = self.broker.topics.partition(OFFSETS_TOPIC, 0)
-        if part is not None:
-            for i in range(0, len(doomed), 1000):
-                part.log.append(build_batch([(encode_key(gid, t, p), None, [], None)
-                                             for gid, t, p in doomed[i:i + 1000]]),
-                                leader_epoch=part.leader_epoch)
+        count = self._partition_count()
+        by_partition: dict[int, list] = {}
+        for d in doomed:
+            by_partition.setdefault(partition_for(d[0], count), []).append(d)
+        for index, items in by_partition.items():
+            part = self.broker.topics.partition(OFFSETS_TOPIC, index)
+            if part is None or not part.is_leader:
+                continue
+            for i in range(0, len(items), 1000):
+                result = part.log.append(build_batch([(encode_key(gid, t, p), None, [], None)
+                                                      for gid, t, p in items[i:i + 1000]]),
+                                         leader_epoch=part.leader_epoch)
+                part.on_leader_append(result.base_offset)
             self.broker.flusher.mark_dirty(part.log)
         for gid, t, p in doomed:
             self.offsets.put(gid, t, p, None)
-        if part is not None:
-            await self.broker.flusher.wait_durable()
+        await self.broker.flusher.wait_durable()
         return len(doomed)
 
     def fetch(self, group_id: str, topics: list[tuple[str, list[int]]] | None) -> list:

@@ -38,8 +38,33 @@ OFFSETS_TOPIC = "__consumer_offsets"
 # retention is off and the coordinator compacts by snapshot instead (coordinator.py:
 # re-append the live table, then advance the log start offset past the old records).
 # Small segments let the old records' files actually go away.
-OFFSETS_TOPIC_CONFIGS = {"retention.ms": "-1", "retention.bytes": "-1",
-                         "segment.bytes": str(16 << 20)}
+
+
+def offsets_topic_configs(replication_factor: int) -> dict[str, str]:
+    """Replicated, a commit must reach two replicas before it is acknowledged, so any one
+    broker can be lost with its disk (Kafka recommends min.insync.replicas=2 for the
+    offsets topic)."""
+    return {"retention.ms": "-1", "retention.bytes": "-1", "segment.bytes": str(16 << 20),
+            "min.insync.replicas": str(min(2, replication_factor))}
+
+
+def java_string_hash(s: str) -> int:
+    """Java's String.hashCode (UTF-16 code units, 32-bit wrap-around), which Kafka uses to
+    place a group: the same group lands on the same partition number as in Kafka."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(group_id: str, partitions: int) -> int:
+    """Kafka's GroupMetadataManager.partitionFor: Utils.abs(hashCode) % partitions
+    (Utils.abs maps Integer.MIN_VALUE to 0)."""
+    if partitions <= 1:
+        return 0
+    h = java_string_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
 
 KEY_OFFSET = 1
 VALUE_V0 = 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import (alter_partition_reassignments, api_versions, canopy_alter_isr, create_partitions, create_topics,
+from . import (alter_partition_reassignments, api_versions, create_partitions, create_topics,
                delete_records, delete_topics, describe_cluster, describe_configs, fetch,
                find_coordinator, init_producer_id, list_offsets, metadata, offset_for_leader_epoch,
                produce)
@@ -16,7 +16,7 @@ from . import (alter_partition_reassignments, api_versions, canopy_alter_isr, cr
 _MODULES: list[ModuleType] = [
     produce, fetch, list_offsets, metadata, find_coordinator, api_versions, create_topics,
     delete_topics, delete_records, init_producer_id, offset_for_leader_epoch, describe_configs,
-    create_partitions, alter_partition_reassignments, describe_cluster, canopy_alter_isr,
+    create_partitions, alter_partition_reassignments, describe_cluster,
 ]
 
 try:  # the group coordinator's APIs live beside it

@@ -33,7 +33,9 @@ async def handle(ctx, request: dict, version: int) -> dict:
                 out.update(error_code=ErrorCode.INVALID_REQUEST, error_message="nothing to cancel")
             else:
                 try:
-                    cluster.set_tree(t["name"], pr["partition_index"], list(pr["replicas"]))
+                    # `canopy cluster promote` checks the ISR itself (--force overrides).
+                    await cluster.controller_call(cluster.controller.set_tree, t["name"], pr["partition_index"],
+                                                  list(pr["replicas"]), force=True)
                 except TopicError as e:
                     out.update(error_code=e.code, error_message=str(e))
             parts.append(out)

@@ -28,7 +28,8 @@ async def handle(ctx, request: dict, version: int) -> dict:
         else:
             try:
                 if broker.cluster.enabled:
-                    broker.cluster.add_partitions(t["name"], t["count"], request.get("validate_only", False))
+                    await broker.cluster.controller_call(broker.cluster.controller.add_partitions, t["name"],
+                                                         t["count"], request.get("validate_only", False))
                 else:
                     broker.topics.add_partitions(t["name"], t["count"],
                                                  validate_only=request.get("validate_only", False))

@@ -74,10 +74,11 @@ async def _cluster_create(broker, request: dict, version: int) -> dict:
         if t.get("assignments"):
             num = len(t["assignments"])
         try:
-            img = cluster.create_topic(t["name"], num, t["replication_factor"] if not t.get("assignments")
-                                       else len(t["assignments"][0]["broker_ids"]),
-                                       {c["name"]: c["value"] for c in t.get("configs") or []},
-                                       validate_only=request.get("validate_only", False))
+            img = await cluster.controller_call(
+                cluster.controller.create_topic, t["name"], num,
+                t["replication_factor"] if not t.get("assignments") else len(t["assignments"][0]["broker_ids"]),
+                {c["name"]: c["value"] for c in t.get("configs") or []},
+                validate_only=request.get("validate_only", False))
         except TopicError as e:
             out.update(error_code=e.code, error_message=str(e))
         else:

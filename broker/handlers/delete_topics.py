@@ -31,7 +31,7 @@ async def _cluster_delete(ctx, request: dict, version: int) -> dict:
         try:
             if name is None:
                 raise TopicError(ErrorCode.UNKNOWN_TOPIC_ID, "unknown topic id")
-            cluster.delete_topic(name)
+            await cluster.controller_call(cluster.controller.delete_topic, name)
             await ctx.broker.groups.forget_topic(name)
         except TopicError as e:
             out["error_code"], out["error_message"] = e.code, str(e)

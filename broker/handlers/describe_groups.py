@@ -18,7 +18,13 @@ AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 async def handle(ctx, request: dict, version: int) -> dict:
     coord = ctx.broker.groups
-    return {"throttle_time_ms": 0, "groups": [
-        {"error_code": 0, "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
-         **coord.describe(gid)}
-        for gid in request.get("groups") or []]}
+    out = []
+    for gid in request.get("groups") or []:
+        err = coord.coordinator_error(gid)
+        if err:
+            out.append({"error_code": err, "group_id": gid, "group_state": "", "protocol_type": "",
+                        "protocol_data": "", "members": [], "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
+        else:
+            out.append({"error_code": 0, "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+                        **coord.describe(gid)})
+    return {"throttle_time_ms": 0, "groups": out}

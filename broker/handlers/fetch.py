@@ -26,7 +26,7 @@ from protocol.messages import ApiKey
 from protocol.schema import ExternalBytes
 from storage import OffsetOutOfRange
 
-from ..broker import now_ms
+from ..broker import monotonic_ms
 
 API_KEY = ApiKey.FETCH
 MIN_VERSION, MAX_VERSION = 4, 12
@@ -129,7 +129,7 @@ async def handle(ctx, request: dict, version: int) -> dict:
     min_bytes = request["min_bytes"]
     replica_id = request.get("replica_id", -1)
     if replica_id >= 0:
-        now = now_ms()
+        now = monotonic_ms()   # lag time must not jump with the wall clock
         for r in reads:
             if r.partition is not None:
                 r.partition.record_replica_fetch(replica_id, r.request["fetch_offset"], now)

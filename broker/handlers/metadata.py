@@ -17,7 +17,7 @@ from protocol.schema import ZERO_UUID
 
 from replication.client import PeerError
 
-from ..topics import TopicError, validate_topic_name
+from ..topics import INTERNAL_TOPICS, TopicError, validate_topic_name
 
 API_KEY = ApiKey.METADATA
 MIN_VERSION, MAX_VERSION = 0, 12
@@ -38,16 +38,20 @@ def topic_metadata(broker, topic, version: int) -> dict:
 
 def cluster_topic_metadata(broker, t) -> dict:
     """From the metadata image, so every broker answers the same: leader = tree root,
-    replicas = the tree in breadth-first order, ISR = the leader's last report to the
-    controller (the leader and its caught-up direct children; deeper tiers replicate
-    asynchronously and are never in it)."""
+    replicas = the tree in breadth-first order, ISR = the committed ISR etcd holds (the
+    leader and its caught-up direct children; deeper tiers replicate asynchronously and
+    are never in it)."""
     return {
-        "error_code": 0, "name": t.name, "topic_id": t.topic_id, "is_internal": False,
+        "error_code": 0, "name": t.name, "topic_id": t.topic_id, "is_internal": t.name in INTERNAL_TOPICS,
         "partitions": [{
-            "error_code": 0, "partition_index": i, "leader_id": p.leader, "leader_epoch": p.leader_epoch,
+            # A leader whose registration lapsed is gone: Kafka answers LEADER_NOT_AVAILABLE
+            # with leader -1 until the controller elects another, and clients wait on it.
+            "error_code": 0 if broker.is_alive(p.leader) else ErrorCode.LEADER_NOT_AVAILABLE,
+            "partition_index": i, "leader_id": p.leader if broker.is_alive(p.leader) else -1,
+            "leader_epoch": p.leader_epoch,
             "replica_nodes": list(p.replicas),
             "isr_nodes": list(p.isr),
-            "offline_replicas": [],   # identical on every broker: liveness is the controller's
+            "offline_replicas": [r for r in p.replicas if not broker.is_alive(r)],
         } for i, p in enumerate(t.partitions)],
     }
 
@@ -89,11 +93,11 @@ async def _cluster_handle(ctx, request: dict, version: int, auto_create: bool) -
 
 
 async def _create_in_cluster(broker, name: str) -> None:
-    """Auto-creation goes to the controller; wait briefly for the record to arrive here."""
+    """Auto-creation goes to the controller; wait briefly for the topic to arrive here."""
     cluster = broker.cluster
     if cluster.is_controller:
         try:
-            cluster.create_topic(name, broker.config.num_partitions, -1, {})
+            await cluster.controller_call(cluster.controller.create_topic, name, broker.config.num_partitions, -1, {})
         except TopicError:
             pass
         return

@@ -56,8 +56,9 @@ def produce_to_partition(broker, partition, records, version: int, acks: int = 1
     lg = partition.log
     if acks == -1 and len(partition.replicas) > 1:
         # Kafka checks min.insync.replicas before appending: with too few in-sync
-        # replicas an acks=all write could not be committed, so it is not written.
-        isr = partition.isr(now_ms())
+        # replicas an acks=all write could not be committed, so it is not written. The ISR
+        # is the committed one (the metadata store's), never the leader's own guess.
+        isr = partition.isr()
         if len(isr) < min_insync_replicas(broker, partition):
             return _partition_response(index, ErrorCode.NOT_ENOUGH_REPLICAS,
                                        message=f"ISR {isr} is smaller than min.insync.replicas")
@@ -127,7 +128,7 @@ async def handle(ctx, request: dict, version: int) -> dict | None:
                 if r["error_code"] == 0:
                     appended = True
                     if acks == -1 and len(p.replicas) > 1:
-                        committed_waits.append((p, p.log.log_end_offset, r))
+                        committed_waits.append((p, p.log.log_end_offset, p.leader_epoch, r))
                 parts.append(r)
         responses.append({"name": name, "partition_responses": parts})
     if acks == 0:
@@ -135,11 +136,19 @@ async def handle(ctx, request: dict, version: int) -> dict | None:
     if appended:
         await broker.flusher.wait_durable()
     timeout_s = max(request["timeout_ms"], 0) / 1000
-    for p, offset, r in committed_waits:
+    for p, offset, epoch, r in committed_waits:
         # acks=all: answer once the high watermark covers the batch, i.e. every in-sync
         # replica (leader counted) has it. Deeper tiers of the tree replicate asynchronously.
-        if not await p.wait_for_high_watermark(offset, timeout_s):
-            isr = p.isr(now_ms())
+        committed = await p.wait_for_high_watermark(offset, timeout_s)
+        if p.leader_epoch != epoch or not p.is_leader:
+            # Leadership moved while we waited (this broker was paused or cut off, say):
+            # the batch may have been truncated away here, so a success would acknowledge
+            # a record that exists nowhere. Kafka answers NOT_LEADER_OR_FOLLOWER and the
+            # (idempotent) producer retries at the new leader.
+            r.update(error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER, base_offset=-1, log_append_time_ms=-1,
+                     error_message=f"leader epoch moved from {epoch} to {p.leader_epoch} while waiting for the ISR")
+        elif not committed:
+            isr = p.isr()
             r["error_code"] = (ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
                                if len(isr) < min_insync_replicas(broker, p) else ErrorCode.REQUEST_TIMED_OUT)
             r["error_message"] = f"not replicated to the ISR {isr} within {request['timeout_ms']} ms"

@@ -1,0 +1,245 @@
+"""The controller: one broker at a time, elected through etcd, fenced by etcd.
+
+Every broker campaigns by creating ``/canopy/controller`` with its own broker lease, in a
+transaction that succeeds only if the key does not exist. The winner's key revision is the
+**controller epoch**; the key disappears with the winner's lease (its broker died, paused
+or was cut off from etcd for longer than the lease TTL), and the others campaign again.
+
+Every write the controller makes is a transaction that also compares the controller key's
+create revision with its own epoch (Kafka learned this in KAFKA-6082: a controller that
+was paused and replaced must not be able to change anything). When that comparison fails,
+the controller steps down; nothing it decided after losing the key can reach a broker,
+because brokers apply only what etcd holds.
+
+Duties while active: topic creation, deletion and growth, new trees (promotions),
+elections when a partition leader's registration disappears, removing dead replicas from
+ISRs (controller/decisions.py decides; this module writes), and creating
+``__consumer_offsets`` once enough brokers are registered.
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+
+import trio
+
+from protocol.errors import ErrorCode
+from replication.tree import assign_replicas
+
+from .decisions import changes_for_liveness, reassign
+from .etcd import Compare, EtcdError, Op
+from .image import (CONTROLLER_KEY, PartitionImage, TopicImage, encode, partition_key, topic_key, PARTITIONS)
+
+log = logging.getLogger("canopy.controller")
+
+
+class ControllerError(Exception):
+    """A request the controller refuses; ``code`` is the Kafka error to answer."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class NotController(ControllerError):
+    def __init__(self, message: str = "this broker is not the controller"):
+        super().__init__(ErrorCode.NOT_CONTROLLER, message)
+
+
+class Controller:
+    def __init__(self, cluster):
+        self.cluster = cluster          # broker/cluster.py: store, image, lease, config
+        self.node_id = cluster.node_id
+        self.epoch = -1                 # create revision of our controller key, -1 when not held
+        self._offline_reported: set[tuple[str, int]] = set()
+
+    @property
+    def active(self) -> bool:
+        img = self.cluster.image
+        return self.epoch >= 0 and img.controller_id == self.node_id and img.controller_epoch == self.epoch
+
+    # -- campaign ------------------------------------------------------------------
+    async def run(self) -> None:
+        backoff = 0.1
+        while True:
+            await self.cluster.wait_registered()
+            if self.cluster.image.controller_id == -1:
+                try:
+                    r = await self.cluster.store.txn(
+                        [Compare.create_revision(CONTROLLER_KEY, "=", 0)],
+                        [Op.put(CONTROLLER_KEY, encode({"node_id": self.node_id}), lease=self.cluster.lease_id)])
+                    backoff = 0.1
+                except EtcdError as e:
+                    log.warning("controller campaign: etcd unavailable (%s); retrying", e)
+                    await trio.sleep(backoff)
+                    backoff = min(backoff * 2, 2.0)
+                    continue
+                if r.succeeded:
+                    self.epoch = r.revision
+                    await self.cluster.wait_revision(r.revision)
+                    log.info("node %d is the controller (epoch %d)", self.node_id, self.epoch)
+                    try:
+                        await self._lead()
+                    finally:
+                        log.warning("node %d is no longer the controller (epoch %d)", self.node_id, self.epoch)
+                        self.epoch = -1
+                    continue
+            with trio.move_on_after(1.0):
+                await self.cluster.changed().wait()
+
+    async def _lead(self) -> None:
+        # A broker whose registration we have not seen yet may still be starting (a
+        # whole cluster starts in any order), so the first elections wait one lease TTL.
+        grace_until = trio.current_time() + self.cluster.lease_ttl_s
+        self._offline_reported.clear()
+        while self.active:
+            try:
+                if trio.current_time() >= grace_until:
+                    await self._elect()
+                await self._ensure_offsets_topic()
+            except NotController:
+                return
+            except EtcdError as e:
+                log.warning("controller: etcd unavailable (%s); decisions wait", e)
+                await trio.sleep(0.5)
+            with trio.move_on_after(0.5):
+                await self.cluster.changed().wait()
+
+    # -- guarded writes ------------------------------------------------------------
+    async def _write(self, compares: list, ops: list) -> int | None:
+        """A transaction guarded by our controller epoch. Returns the revision, None when
+        one of ``compares`` failed; raises NotController when the guard failed."""
+        if not self.active:
+            raise NotController()
+        guard = Compare.create_revision(CONTROLLER_KEY, "=", self.epoch)
+        r = await self.cluster.store.txn([guard, *compares], ops, [Op.get(CONTROLLER_KEY)])
+        if r.succeeded:
+            await self.cluster.wait_revision(r.revision)
+            return r.revision
+        current = r.responses[0] if r.responses else []
+        if not current or current[0].create_revision != self.epoch:
+            log.warning("controller: etcd refused a write of epoch %d: the controller key is gone or newer",
+                        self.epoch)
+            self.epoch = -1
+            raise NotController("this broker lost the controller role")
+        return None
+
+    async def _write_partition(self, topic: str, index: int, old: PartitionImage, new: PartitionImage) -> bool:
+        key = partition_key(topic, index)
+        return await self._write([Compare.mod_revision(key, "=", old.mod_revision)],
+                                 [Op.put(key, new.to_value(self.epoch))]) is not None
+
+    # -- elections -----------------------------------------------------------------------
+    async def _elect(self) -> None:
+        img = self.cluster.image
+        changes, offline = changes_for_liveness(img, set(img.brokers), self.cluster.unclean_election_enabled)
+        for c in changes:
+            if await self._write_partition(c.topic, c.index, c.old, c.new):
+                log.warning("controller: %s-%d %s: leader %d -> %d (epoch %d), tree %s, isr %s", c.topic, c.index,
+                            c.reason, c.old.leader, c.new.leader, c.new.leader_epoch, c.new.replicas, c.new.isr)
+        for tp in offline:
+            if tp not in self._offline_reported:
+                log.error("controller: %s-%d is offline: leader %d is gone and no live replica of the ISR %s "
+                          "can lead (unclean.leader.election.enable is false)", tp[0], tp[1],
+                          img.topics[tp[0]].partitions[tp[1]].leader, img.topics[tp[0]].partitions[tp[1]].isr)
+        self._offline_reported = set(offline)
+
+    async def _ensure_offsets_topic(self) -> None:
+        from broker.groups.offsets_log import OFFSETS_TOPIC, offsets_topic_configs
+        img = self.cluster.image
+        cfg = self.cluster.config
+        if OFFSETS_TOPIC in img.topics or len(img.brokers) < cfg.offsets_topic_replication_factor:
+            return   # Kafka, too, waits for offsets.topic.replication.factor brokers
+        try:
+            await self.create_topic(OFFSETS_TOPIC, cfg.offsets_topic_num_partitions,
+                                    cfg.offsets_topic_replication_factor,
+                                    offsets_topic_configs(cfg.offsets_topic_replication_factor), internal=True)
+        except ControllerError as e:
+            if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                raise
+
+    # -- requests (CreateTopics, DeleteTopics, CreatePartitions, reassignments) ------------
+    async def create_topic(self, name: str, num_partitions: int, replication_factor: int, configs: dict,
+                           validate_only: bool = False, internal: bool = False) -> TopicImage | None:
+        registry = self.cluster.broker.topics
+        if not internal:
+            self.cluster.validate_new_topic(name)
+        img = self.cluster.image
+        if name in img.topics:
+            raise ControllerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        if num_partitions < 1:
+            raise ControllerError(ErrorCode.INVALID_PARTITIONS, "number of partitions must be at least 1")
+        registry.validate_configs(configs)
+        registry.check_partition_budget(num_partitions)
+        live = sorted(img.brokers)
+        cfg = self.cluster.config
+        rf = replication_factor if replication_factor > 0 else (
+            cfg.replication_factor if cfg.replication_factor > 0 else len(live))
+        if rf > len(live):
+            raise ControllerError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                                  f"replication factor {rf} with {len(live)} live brokers")
+        fanout = int(configs.get("replication.fanout", cfg.fanout))
+        if validate_only:
+            return None
+        if not self.active:
+            raise NotController()
+        t = TopicImage(name, uuid.uuid4(), dict(configs), fanout, num_partitions)
+        ops = [Op.put(topic_key(name), t.to_value())]
+        for i in range(num_partitions):
+            tree = assign_replicas(live, i, rf)
+            ops.append(Op.put(partition_key(name, i), PartitionImage(tree, 0, list(tree)).to_value(self.epoch)))
+        if await self._write([Compare.create_revision(topic_key(name), "=", 0)], ops) is None:
+            raise ControllerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        log.info("controller: created topic %s: %d partition(s), replication factor %d, fanout %d",
+                 name, num_partitions, rf, fanout)
+        return self.cluster.image.topics.get(name)
+
+    async def delete_topic(self, name: str) -> None:
+        t = self.cluster.image.topics.get(name)
+        if t is None:
+            raise ControllerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+        key = topic_key(name)
+        await self._write([Compare.mod_revision(key, ">", 0)],
+                          [Op.delete(key), Op.delete(f"{PARTITIONS}{name}/", prefix=True)])
+        log.info("controller: deleted topic %s", name)
+
+    async def add_partitions(self, name: str, total: int, validate_only: bool = False) -> None:
+        t = self.cluster.image.topics.get(name)
+        if t is None:
+            raise ControllerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+        if total <= len(t.partitions):
+            raise ControllerError(ErrorCode.INVALID_PARTITIONS,
+                                  f"topic {name!r} has {len(t.partitions)} partitions; the count can only grow")
+        self.cluster.broker.topics.check_partition_budget(total - len(t.partitions))
+        live = sorted(self.cluster.image.brokers)
+        rf = len(t.partitions[0].replicas)
+        if rf > len(live):
+            raise ControllerError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                                  f"replication factor {rf} with {len(live)} live brokers")
+        if validate_only:
+            return
+        grown = TopicImage(t.name, t.topic_id, t.configs, t.fanout, total)
+        ops = [Op.put(topic_key(name), grown.to_value())]
+        for i in range(len(t.partitions), total):
+            tree = assign_replicas(live, i, rf)
+            ops.append(Op.put(partition_key(name, i), PartitionImage(tree, 0, list(tree)).to_value(self.epoch)))
+        key = topic_key(name)
+        if await self._write([Compare.value(key, "=", t.to_value())], ops) is None:
+            raise ControllerError(ErrorCode.INVALID_PARTITIONS, f"topic {name!r} changed meanwhile; retry")
+
+    async def set_tree(self, name: str, index: int, replicas: list[int], force: bool = False) -> None:
+        t = self.cluster.image.topics.get(name)
+        if t is None or not 0 <= index < len(t.partitions):
+            raise ControllerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown partition {name}-{index}")
+        p = t.partitions[index]
+        if sorted(replicas) != sorted(p.replicas):
+            raise ControllerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                  f"replicas {replicas} must be a reordering of {p.replicas}")
+        if replicas[0] != p.leader and replicas[0] not in p.isr and not force:
+            raise ControllerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                  f"node {replicas[0]} is not in the ISR {p.isr} of {name}-{index}")
+        new = reassign(p, replicas)
+        if not await self._write_partition(name, index, p, new):
+            raise ControllerError(ErrorCode.REASSIGNMENT_IN_PROGRESS, f"{name}-{index} changed meanwhile; retry")
+        log.info("controller: %s-%d leader %d -> %d (epoch %d), tree %s", name, index, p.leader, new.leader,
+                 new.leader_epoch, new.replicas)

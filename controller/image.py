@@ -1,0 +1,164 @@
+"""The cluster's metadata as etcd holds it, and the image every broker builds from it.
+
+Kafka's ZooKeeper layout is the model (ZkData.scala): one leased key for the controller,
+one leased key per live broker, one key per topic and one per partition, each partition
+key updated only by compare-and-swap on its revision. Values are JSON (small, rare, easy
+to read with ``etcdctl get --prefix /canopy/``)::
+
+    /canopy/controller                 {"node_id": N}            leased; its create revision
+                                                                 is the controller epoch
+    /canopy/brokers/<id>               {"host", "port", "rack"}  leased: a lost lease is a dead broker
+    /canopy/topics/<name>              {"id", "configs", "fanout", "partitions": count}
+    /canopy/partitions/<name>/<i>      {"replicas", "leader_epoch", "isr", "controller_epoch"}
+    /canopy/producer_id_block          {"next": first id of the next free block}
+
+This module is pure: etcd key-values in, image out. Every broker applies the same keys at
+the same revisions, so every broker answers Metadata alike.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+
+PREFIX = "/canopy/"
+CONTROLLER_KEY = PREFIX + "controller"
+BROKERS = PREFIX + "brokers/"
+TOPICS = PREFIX + "topics/"
+PARTITIONS = PREFIX + "partitions/"
+PRODUCER_ID_BLOCK_KEY = PREFIX + "producer_id_block"
+
+
+def broker_key(node_id: int) -> str:
+    return f"{BROKERS}{node_id}"
+
+
+def topic_key(name: str) -> str:
+    return TOPICS + name
+
+
+def partition_key(name: str, index: int) -> str:
+    return f"{PARTITIONS}{name}/{index}"
+
+
+def encode(value: dict) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+@dataclass
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+
+@dataclass
+class PartitionImage:
+    replicas: list[int]        # breadth-first tree order; replicas[0] is the leader
+    leader_epoch: int = 0
+    isr: list[int] = field(default_factory=list)   # the committed ISR
+    mod_revision: int = 0      # the partition epoch: compare-and-swap on it
+
+    @property
+    def leader(self) -> int:
+        return self.replicas[0] if self.replicas else -1
+
+    def to_value(self, controller_epoch: int) -> bytes:
+        return encode({"replicas": self.replicas, "leader_epoch": self.leader_epoch, "isr": self.isr,
+                       "controller_epoch": controller_epoch})
+
+
+@dataclass
+class TopicImage:
+    name: str
+    topic_id: uuid.UUID
+    configs: dict[str, str]
+    fanout: int
+    num_partitions: int
+    partitions: list[PartitionImage] = field(default_factory=list)
+
+    def to_value(self) -> bytes:
+        return encode({"id": str(self.topic_id), "configs": self.configs, "fanout": self.fanout,
+                       "partitions": self.num_partitions})
+
+    @property
+    def complete(self) -> bool:
+        return len(self.partitions) == self.num_partitions
+
+
+class ClusterImage:
+    """Applies etcd puts and deletes under /canopy/; remembers what each one touched."""
+
+    def __init__(self) -> None:
+        self.revision = 0
+        self.controller_id = -1
+        self.controller_epoch = -1
+        self.brokers: dict[int, BrokerInfo] = {}
+        self._topics: dict[str, TopicImage] = {}
+        self._partitions: dict[str, dict[int, PartitionImage]] = {}
+        self.unreadable: list[str] = []   # keys whose value could not be decoded
+
+    @property
+    def topics(self) -> dict[str, TopicImage]:
+        """Topics whose every partition key has arrived (a creation is one transaction,
+        but a reader never sees half of one either way)."""
+        return {n: t for n, t in self._topics.items() if t.complete}
+
+    def apply(self, key: str, value: bytes | None, mod_revision: int = 0, create_revision: int = 0) -> str | None:
+        """One put (value) or delete (None). Returns the topic name it touched, "" for a
+        broker or controller change, None for keys outside the layout."""
+        try:
+            return self._apply(key, value, mod_revision, create_revision)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            self.unreadable.append(key)
+            return None
+
+    def _apply(self, key: str, value: bytes | None, mod_revision: int, create_revision: int) -> str | None:
+        data = json.loads(value) if value else None
+        if key == CONTROLLER_KEY:
+            self.controller_id = int(data["node_id"]) if data else -1
+            self.controller_epoch = create_revision if data else -1
+            return ""
+        if key.startswith(BROKERS):
+            node = int(key[len(BROKERS):])
+            if data is None:
+                self.brokers.pop(node, None)
+            else:
+                self.brokers[node] = BrokerInfo(node, str(data["host"]), int(data["port"]), data.get("rack"))
+            return ""
+        if key.startswith(TOPICS):
+            name = key[len(TOPICS):]
+            if data is None:
+                self._topics.pop(name, None)
+                self._partitions.pop(name, None)
+                return name
+            old = self._topics.get(name)
+            t = TopicImage(name, uuid.UUID(data["id"]), {str(k): str(v) for k, v in data["configs"].items()},
+                           int(data["fanout"]), int(data["partitions"]))
+            if old is not None and old.topic_id != t.topic_id:
+                self._partitions.pop(name, None)   # deleted and re-created
+            self._topics[name] = t
+            self._rebuild(name)
+            return name
+        if key.startswith(PARTITIONS):
+            name, _, index = key[len(PARTITIONS):].rpartition("/")
+            parts = self._partitions.setdefault(name, {})
+            if data is None:
+                parts.pop(int(index), None)
+            else:
+                parts[int(index)] = PartitionImage([int(r) for r in data["replicas"]], int(data["leader_epoch"]),
+                                                   [int(r) for r in data["isr"]], mod_revision)
+            self._rebuild(name)
+            return name
+        return None
+
+    def _rebuild(self, name: str) -> None:
+        t = self._topics.get(name)
+        if t is None:
+            return
+        parts = self._partitions.get(name, {})
+        t.partitions = [parts[i] for i in range(t.num_partitions) if i in parts]
+
+    def partition(self, name: str, index: int) -> PartitionImage | None:
+        return self._partitions.get(name, {}).get(index)
