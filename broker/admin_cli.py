@@ -111,7 +111,13 @@ async def describe(host: str, port: int, topic: str | None = None) -> list[str]:
         # The controller decided every tree's fan-out when it created the topic (a topic's
         # replication.fanout, else its own `fanout`), so its broker default is the fallback.
         default_fanout = await _default_fanout(conn, host, port, brokers, controller)
-        lines = [f"cluster {cluster['cluster_id']}  controller {controller}", "brokers:"]
+        store = await _store_view(conn, host, port, brokers)
+        lines = [f"cluster {cluster['cluster_id']}  controller {controller}"
+                 + (f"  epoch {store['canopy.controller.epoch']}" if "canopy.controller.epoch" in store else "")]
+        if "canopy.metadata.store" in store:
+            lines.append(f"metadata store {store['canopy.metadata.store']}: "
+                         f"{store.get('canopy.metadata.store.health', '?')}")
+        lines.append("brokers:")
         for nid, b in sorted(brokers.items()):
             mark = "  (controller)" if nid == controller else ""
             lines.append(f"  {nid}  {b['host']}:{b['port']}  rack={b['rack'] or '-'}{mark}")
@@ -129,12 +135,23 @@ async def describe(host: str, port: int, topic: str | None = None) -> list[str]:
             for p in sorted(t["partitions"], key=lambda p: p["partition_index"]):
                 lines.append(f"  partition {p['partition_index']}  leader {p['leader_id']}  "
                              f"epoch {p['leader_epoch']}  replicas {_ids(p['replica_nodes'])}  "
-                             f"isr {_ids(p['isr_nodes'])}"
+                             f"committed isr {_ids(p['isr_nodes'])}"
                              + (f"  error {p['error_code']}" if p["error_code"] else ""))
                 lines.extend("    " + line for line in render(list(p["replica_nodes"]), fanout))
         return lines
     finally:
         await conn.aclose()
+
+
+async def _store_view(conn, host, port, brokers) -> dict[str, str]:
+    """The controller epoch and etcd's health as the broker we reached sees them."""
+    me = next((n for n, x in brokers.items() if (x["host"], x["port"]) == (host, port)), None)
+    r = await conn.request(DESCRIBE_CONFIGS, 4, {
+        "resources": [{"resource_type": BROKER_RESOURCE, "resource_name": str(me) if me is not None else "",
+                       "configuration_keys": ["canopy.controller.epoch", "canopy.metadata.store",
+                                              "canopy.metadata.store.health"]}],
+        "include_synonyms": False, "include_documentation": False}, timeout=20)
+    return {c["name"]: c["value"] for res in r["results"] if res["error_code"] == 0 for c in res["configs"]}
 
 
 async def _default_fanout(conn, host, port, brokers, controller) -> int | None:

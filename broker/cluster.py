@@ -63,6 +63,7 @@ class Cluster:
         self.lease_ttl_s = max(2, math.ceil(self.config.leader_failure_timeout_ms / 1000))
         self.controller = Controller(self)
         self.ready = not self.enabled
+        self.started_at = 0.0   # trio clock at connect()
         self._changed = trio.Event()
         self._registered = trio.Event()
         self._peer_conns: dict[int, PeerConnection] = {}
@@ -134,6 +135,7 @@ class Cluster:
         except EtcdError as e:
             raise StoreUnavailable(f"metadata store {self.config.metadata_store} is unreachable: {e}") from None
         self._load(kvs, revision)
+        self.started_at = trio.current_time()
         log.info("cluster: node %d, metadata from etcd at revision %d: %d topic(s), %d live broker(s), "
                  "controller %d", self.node_id, revision, len(self.image.topics), len(self.image.brokers),
                  self.image.controller_id)

@@ -88,9 +88,12 @@ class Controller:
                 await self.cluster.changed().wait()
 
     async def _lead(self) -> None:
-        # A broker whose registration we have not seen yet may still be starting (a
-        # whole cluster starts in any order), so the first elections wait one lease TTL.
-        grace_until = trio.current_time() + self.cluster.lease_ttl_s
+        # In a cluster that is starting, a broker whose registration is not there yet may
+        # still be on its way (brokers start in any order), so a controller elected soon
+        # after its own start waits one lease TTL before electing away from absent
+        # leaders. A controller taking over a running cluster needs no grace: live
+        # brokers' leases outlive the old controller.
+        grace_until = self.cluster.started_at + self.cluster.lease_ttl_s
         self._offline_reported.clear()
         while self.active:
             try:

@@ -39,6 +39,25 @@ def broker_configs(broker) -> dict[str, str]:
     }
 
 
+# canopy's view of the cluster's metadata store, for `canopy cluster describe`; the health
+# entry asks every etcd member, so it is computed only when named explicitly.
+STORE_HEALTH = "canopy.metadata.store.health"
+
+
+async def cluster_configs(broker, keys) -> dict[str, str]:
+    cluster = broker.cluster
+    if not cluster.enabled:
+        return {}
+    out = {"canopy.metadata.store": broker.config.metadata_store,
+           "canopy.controller.epoch": str(cluster.image.controller_epoch)}
+    if keys is not None and STORE_HEALTH in keys:
+        members = await cluster.store.health()
+        out[STORE_HEALTH] = ", ".join(
+            f"{m['endpoint']} " + ("healthy" + (" (raft leader)" if m.get("leader") else "") if m["healthy"]
+                                   else f"unhealthy: {m.get('error') or 'no answer'}") for m in members)
+    return out
+
+
 async def handle(ctx, request: dict, version: int) -> dict:
     broker = ctx.broker
     synonyms = request.get("include_synonyms", False)
@@ -58,8 +77,9 @@ async def handle(ctx, request: dict, version: int) -> dict:
             if rname not in ("", str(broker.node_id)):
                 out.update(error_code=ErrorCode.INVALID_REQUEST, error_message=f"broker {rname} is not this broker")
             else:
+                configs = {**broker_configs(broker), **await cluster_configs(broker, keys)}
                 out["configs"] = [_entry(k, v, SOURCE_STATIC_BROKER, synonyms)
-                                  for k, v in sorted(broker_configs(broker).items()) if keys is None or k in keys]
+                                  for k, v in sorted(configs.items()) if keys is None or k in keys]
         else:
             out.update(error_code=ErrorCode.INVALID_REQUEST, error_message=f"resource type {rtype} not supported")
         results.append(out)

@@ -1,9 +1,11 @@
 """The compose.yaml cluster, run as local processes.
 
 Docker is not available here, so the fixture reads compose.yaml and starts every service
-with its own command and environment, each broker bound to its own loopback address
-(127.0.0.11, .12, ... on one port, as containers would each have an address): service
-host names and the container port in the environment are rewritten to those addresses.
+as a local process: the etcd services as a real etcd cluster from Debian's package
+(tests/etcd_cluster.py; members on 127.0.0.21, .22, ...), the brokers with their own
+command and environment, each bound to its own loopback address (127.0.0.11, .12, ... on
+one port, as containers would each have an address). Service host names and container
+ports in the environment are rewritten to those addresses.
 """
 from __future__ import annotations
 
@@ -19,8 +21,10 @@ import yaml
 
 from tests.e2e.conftest import ROOT, VENV_BIN, free_port
 from tests.e2e.rawclient import RawClient
+from tests.etcd_cluster import EtcdCluster
 
 CONTAINER_PORT = 9092
+ETCD_CLIENT_PORT = 2379
 
 
 class Node:
@@ -86,18 +90,24 @@ class Node:
 class ComposeCluster:
     def __init__(self, tmp_path: Path, compose_file: Path = ROOT / "compose.yaml"):
         spec = yaml.safe_load(compose_file.read_text())
-        self.port = free_port("127.0.0.11")
         services = spec["services"]
-        names = sorted(services)
-        hosts = {name: f"127.0.0.{11 + i}" for i, name in enumerate(names)}
+        etcd_names = sorted(n for n in services if n.startswith("etcd"))
+        broker_names = sorted(n for n in services if n.startswith("canopy"))
+        self.etcd = EtcdCluster(tmp_path, size=len(etcd_names),
+                                hosts=tuple(f"127.0.0.{21 + i}" for i in range(len(etcd_names))))
+        etcd_endpoints = {name: m.endpoint for name, m in zip(etcd_names, self.etcd.members)}
+        self.port = free_port("127.0.0.11")
+        hosts = {name: f"127.0.0.{11 + i}" for i, name in enumerate(broker_names)}
         self.nodes: dict[int, Node] = {}
-        for name in names:
+        for name in broker_names:
             svc = services[name]
             env = dict(os.environ)
             for key, value in (svc.get("environment") or {}).items():
                 value = str(value)
                 for other, ip in hosts.items():
                     value = value.replace(f"{other}:{CONTAINER_PORT}", f"{ip}:{self.port}")
+                for other, endpoint in etcd_endpoints.items():
+                    value = value.replace(f"{other}:{ETCD_CLIENT_PORT}", endpoint)
                 value = value.replace(f"0.0.0.0:{CONTAINER_PORT}", f"{hosts[name]}:{self.port}")
                 env[key] = value
             env["CANOPY_DATA_DIR"] = str(tmp_path / name)   # the service's volume
@@ -107,24 +117,42 @@ class ComposeCluster:
             node_id = int(env["CANOPY_NODE_ID"])
             self.nodes[node_id] = Node(name, node_id, hosts[name], self.port, command, env,
                                        tmp_path / f"{name}.log")
-        self.controller_id = int(next(iter(services.values()))["environment"]["CANOPY_CONTROLLER"])
-        self.failure_timeout_ms = int(next(iter(services.values()))["environment"]["CANOPY_LEADER_FAILURE_TIMEOUT_MS"])
-        self.lag_time_ms = int(next(iter(services.values()))["environment"]["CANOPY_REPLICA_LAG_TIME_MAX_MS"])
+        first = services[broker_names[0]]["environment"]
+        self.failure_timeout_ms = int(first["CANOPY_LEADER_FAILURE_TIMEOUT_MS"])
+        self.lag_time_ms = int(first["CANOPY_REPLICA_LAG_TIME_MAX_MS"])
 
     def start(self) -> "ComposeCluster":
+        self.etcd.start()
         for n in self.nodes.values():
             n.start()
         for n in self.nodes.values():
             n.wait_listening()
+        # Ready: every broker registered, a controller elected, the offsets topic created.
+        wait_for(lambda: self._ready(), "every broker registered and a controller elected")
         return self
+
+    def _ready(self) -> bool:
+        live = [n for n in self.nodes.values() if n.alive]
+        for n in live:
+            r = cluster_metadata(n.bootstrap, ["__consumer_offsets"])
+            if len(r["brokers"]) != len(live) or r["controller_id"] < 0 or r["topics"][0]["error_code"]:
+                return False
+        return True
 
     def stop(self) -> None:
         for n in self.nodes.values():
             n.stop()
+        self.etcd.stop()
 
     def bootstrap(self, *node_ids: int) -> str:
         ids = node_ids or tuple(self.nodes)
         return ",".join(self.nodes[i].bootstrap for i in ids)
+
+    @property
+    def controller_id(self) -> int:
+        """The elected controller, as a live broker reports it."""
+        node = next(n for n in self.nodes.values() if n.alive)
+        return cluster_metadata(node.bootstrap, [])["controller_id"]
 
     def metadata(self, topic: str, via: int | None = None) -> dict:
         """{partition: (leader, leader_epoch, replicas, isr)} as one broker reports it."""
@@ -163,6 +191,14 @@ class ComposeCluster:
         return p["offset"]
 
 
+def cluster_metadata(bootstrap: str, topics: list[str]) -> dict:
+    c = RawClient(bootstrap)
+    try:
+        return c.request(3, 12, {"topics": [{"name": t} for t in topics], "allow_auto_topic_creation": False})
+    finally:
+        c.close()
+
+
 def partition_metadata(bootstrap: str, topic: str) -> dict:
     """{partition: (leader, leader_epoch, replicas, isr)} as one broker reports it."""
     c = RawClient(bootstrap)
@@ -172,6 +208,7 @@ def partition_metadata(bootstrap: str, topic: str) -> dict:
         c.close()
     t = r["topics"][0]
     assert t["error_code"] == 0, t
+    # (A partition whose leader is gone answers LEADER_NOT_AVAILABLE with leader -1.)
     return {p["partition_index"]: (p["leader_id"], p["leader_epoch"], list(p["replica_nodes"]),
                                    list(p["isr_nodes"])) for p in t["partitions"]}
 
@@ -193,6 +230,8 @@ def wait_for(cond, what: str, timeout: float = 30.0, interval: float = 0.1):
 @pytest.fixture
 def cluster(tmp_path):
     c = ComposeCluster(tmp_path)
-    c.start()
-    yield c
-    c.stop()
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()

@@ -1,6 +1,7 @@
 """`canopy cluster describe` and `canopy cluster promote` against a real 3-broker cluster:
 three `canopy serve` processes on 127.0.0.11/.12/.13 (one port, as containers would each
-have their own address), node 1 the controller. The CLI runs as a real process too."""
+have their own address) and a real three-member etcd; the controller is whichever broker
+won the election. The CLI runs as a real process too."""
 from __future__ import annotations
 
 import re
@@ -13,6 +14,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.e2e.conftest import CANOPY, BrokerProcess, free_port
 
+from .conftest import cluster_metadata
 from .conftest import partition_metadata as metadata
 from .conftest import wait_for
 
@@ -20,18 +22,20 @@ HOSTS = {1: "127.0.0.11", 2: "127.0.0.12", 3: "127.0.0.13"}
 
 
 @pytest.fixture
-def cluster3(tmp_path):
+def cluster3(tmp_path, etcd_cluster):
     port = free_port(HOSTS[1])
-    peers = ",".join(f"{n}@{h}:{port}/rack-{n}" for n, h in HOSTS.items())
     brokers = {}
     try:
         for n, h in HOSTS.items():
             b = BrokerProcess(tmp_path / f"node{n}", port=port, host=h,
                               extra_args=["--node-id", str(n), "--rack", f"rack-{n}"],
-                              env={"CANOPY_PEERS": peers, "CANOPY_CONTROLLER": "1", "CANOPY_FANOUT": "2",
+                              env={"CANOPY_METADATA_STORE": etcd_cluster.endpoints, "CANOPY_FANOUT": "2",
                                    "CANOPY_MIN_INSYNC_REPLICAS": "2"})
             brokers[n] = b
             b.start()
+        wait_for(lambda: all(len(cluster_metadata(b.bootstrap, [])["brokers"]) == 3
+                             and cluster_metadata(b.bootstrap, [])["controller_id"] > 0 for b in brokers.values()),
+                 "every broker registered and a controller elected")
         yield brokers
     finally:
         for b in brokers.values():
@@ -61,8 +65,12 @@ def test_describe_shows_brokers_controller_and_trees(cluster3):
     port = cluster3[1].port
     for n, h in HOSTS.items():
         assert f"  {n}  {h}:{port}  rack=rack-{n}" in out, out
-    assert f"  1  127.0.0.11:{port}  rack=rack-1  (controller)" in out
-    assert "(controller)" not in out.replace(f"  1  127.0.0.11:{port}  rack=rack-1  (controller)", "")
+    c = cluster_metadata(cluster3[1].bootstrap, [])["controller_id"]
+    line = f"  {c}  {HOSTS[c]}:{port}  rack=rack-{c}  (controller)"
+    assert line in out and "(controller)" not in out.replace(line, ""), out
+    assert re.search(rf"^cluster canopy-cluster  controller {c}  epoch \d+$", out, re.M), out
+    # etcd's health, member by member, as the broker sees it
+    assert out.count(" healthy") == 3 and "(raft leader)" in out, out
     md = metadata(cluster3[1].bootstrap, "wide")
     assert "topic wide  partitions 2  fanout 2" in out, out
     for i, (leader, epoch, replicas, isr) in md.items():
@@ -82,7 +90,7 @@ def test_describe_shows_brokers_controller_and_trees(cluster3):
     chain_section = "topic chain" + out.split("topic chain", 1)[1].split("\ntopic ", 1)[0].rstrip("\n")
     # The ISR may legitimately change between the two calls (a child catching up or
     # lagging on a loaded machine), so compare the sections without it.
-    without_isr = lambda text: re.sub(r"  isr \[[0-9,]*\]", "", text)  # noqa: E731
+    without_isr = lambda text: re.sub(r"  committed isr \[[0-9,]*\]", "", text)  # noqa: E731
     assert without_isr(only.stdout.rstrip("\n")).endswith(without_isr(chain_section)), (only.stdout, chain_section)
 
 

@@ -5,8 +5,9 @@
    (checked: it succeeds with DOCKER_HOST pointing at a socket that does not exist, which
    the test does too) and does not open the build context, so no image is built.
 2. Structural facts the cluster relies on, read with PyYAML from the resolved config:
-   four brokers, one controller, the same peer list everywhere, unique node ids, a data
-   volume per broker, and that the peer list and node ids agree.
+   three etcd members from the upstream image forming one cluster, four brokers that all
+   name those members as their metadata store, unique node ids, advertised addresses that
+   are the services' own names, a data volume per broker and per etcd member.
 """
 from __future__ import annotations
 
@@ -53,42 +54,51 @@ def test_docker_compose_config_rejects_a_broken_file(tmp_path):
     assert "ports" in r.stderr
 
 
-def peer_list(value: str) -> dict[int, tuple[str, str | None]]:
-    out = {}
-    for item in value.split(","):
-        node, _, rest = item.partition("@")
-        addr, _, rack = rest.partition("/")
-        out[int(node)] = (addr, rack or None)
-    return out
+def brokers_of(resolved) -> dict:
+    return {n: s for n, s in resolved["services"].items() if n.startswith("canopy")}
 
 
-def test_four_brokers_one_controller_same_peers(resolved):
-    services = resolved["services"]
+def etcd_of(resolved) -> dict:
+    return {n: s for n, s in resolved["services"].items() if n.startswith("etcd")}
+
+
+def flag(command: list[str], name: str) -> str:
+    return command[command.index(name) + 1]
+
+
+def test_three_etcd_members_form_one_cluster(resolved):
+    members = etcd_of(resolved)
+    assert len(members) == 3
+    for name, svc in members.items():
+        assert svc["image"].startswith("quay.io/coreos/etcd:"), svc["image"]   # the upstream image
+        cmd = svc["command"]
+        assert flag(cmd, "--name") == name
+        assert flag(cmd, "--advertise-client-urls") == f"http://{name}:2379"
+        assert flag(cmd, "--initial-advertise-peer-urls") == f"http://{name}:2380"
+        assert flag(cmd, "--initial-cluster") == ",".join(f"{m}=http://{m}:2380" for m in sorted(members))
+
+
+def test_four_brokers_share_the_metadata_store(resolved):
+    services = brokers_of(resolved)
     assert len(services) == 4
     envs = {name: svc["environment"] for name, svc in services.items()}
-    peers = {e["CANOPY_PEERS"] for e in envs.values()}
-    assert len(peers) == 1, f"CANOPY_PEERS differs between services: {peers}"
-    peer_map = peer_list(peers.pop())
+    stores = {e["CANOPY_METADATA_STORE"] for e in envs.values()}
+    assert stores == {"etcd://" + ",".join(f"{m}:2379" for m in sorted(etcd_of(resolved)))}, stores
     node_ids = [int(e["CANOPY_NODE_ID"]) for e in envs.values()]
     assert len(set(node_ids)) == 4, f"node ids not unique: {node_ids}"
-    assert set(node_ids) == set(peer_map)
-    controllers = {e["CANOPY_CONTROLLER"] for e in envs.values()}
-    assert len(controllers) == 1, f"services disagree on the controller: {controllers}"
-    assert int(controllers.pop()) in node_ids
     for name, e in envs.items():
-        nid = int(e["CANOPY_NODE_ID"])
-        host, _, port = peer_map[nid][0].rpartition(":")
-        # the peer address of a node is the service's own name/hostname, and what it advertises
-        assert host in (name, services[name].get("hostname")), (name, peer_map[nid])
-        assert e["CANOPY_ADVERTISE"] == peer_map[nid][0]
+        # what a broker advertises is the service's own name/hostname, on its listen port
+        host, _, port = e["CANOPY_ADVERTISE"].rpartition(":")
+        assert host in (name, services[name].get("hostname")), (name, e["CANOPY_ADVERTISE"])
         assert e["CANOPY_LISTEN"].endswith(":" + port)
-        assert e.get("CANOPY_RACK") == peer_map[nid][1]
+        assert "CANOPY_PEERS" not in e and "CANOPY_CONTROLLER" not in e
+        assert set(services[name]["depends_on"]) == set(etcd_of(resolved))
     # a tree of four brokers: leader, two children, a grandchild
     assert {e["CANOPY_FANOUT"] for e in envs.values()} == {"2"}
 
 
 def test_a_data_volume_per_service(resolved):
-    services = resolved["services"]
+    services = brokers_of(resolved)
     mounts = {}
     for name, svc in services.items():
         data = [v for v in svc.get("volumes", []) if (v["target"] if isinstance(v, dict) else v.split(":")[1]) == "/data"]
@@ -98,10 +108,12 @@ def test_a_data_volume_per_service(resolved):
         assert svc["environment"]["CANOPY_DATA_DIR"] == "/data"
     assert len(set(mounts.values())) == 4, f"services share a data volume: {mounts}"
     assert set(mounts.values()) <= set(resolved.get("volumes", {}))
+    etcd_mounts = {name: [v for v in svc["volumes"]] for name, svc in etcd_of(resolved).items()}
+    assert all(len(v) == 1 for v in etcd_mounts.values()), etcd_mounts
 
 
 def test_services_build_canopy_and_run_serve(resolved):
-    for name, svc in resolved["services"].items():
+    for name, svc in brokers_of(resolved).items():
         assert Path(svc["build"]["context"]) == ROOT, name
         assert svc["command"] == ["canopy", "serve"], name
     assert (ROOT / "Dockerfile").is_file()

@@ -42,9 +42,19 @@ class RawClient:
             buf += chunk
         return bytes(buf)
 
-    def request(self, key: int, version: int, body: dict) -> dict:
+    def request(self, key: int, version: int, body: dict, timeout: float = 10) -> dict:
+        self.send_only(key, version, body)
+        return self.receive(timeout)
+
+    def send_only(self, key: int, version: int, body: dict) -> None:
+        """Send a request without waiting (e.g. to a paused broker); ``receive`` reads the answer."""
         self.correlation += 1
+        self._pending = (key, version)
         self.send_raw(encode_request(key, version, self.correlation, CLIENT, body))
+
+    def receive(self, timeout: float = 10) -> dict:
+        key, version = self._pending
+        self.sock.settimeout(timeout)
         frame = self.recv_frame()
         assert frame is not None, "connection closed"
         (corr,) = struct.unpack_from(">i", frame)
@@ -75,10 +85,12 @@ def make_batch(values, timestamp=1_700_000_000_000, producer_id=-1, producer_epo
     return bytearray(b.build())
 
 
-def produce(client: RawClient, topic: str, records: bytes, acks: int = 1, version: int = 9) -> dict:
+def produce(client: RawClient, topic: str, records: bytes, acks: int = 1, version: int = 9,
+            timeout_ms: int = 5000) -> dict:
     resp = client.request(ApiKey.PRODUCE, version, {
-        "acks": acks, "timeout_ms": 5000,
-        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": bytes(records)}]}]})
+        "acks": acks, "timeout_ms": timeout_ms,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": bytes(records)}]}]},
+        timeout=timeout_ms / 1000 + 10)
     return resp["responses"][0]["partition_responses"][0]
 
 
