@@ -59,6 +59,7 @@ class Cluster:
         self.image = ClusterImage()
         self.store = EtcdClient(parse_endpoints(self.config.metadata_store)) if self.enabled else None
         self.lease_id = 0
+        self.registered_revision = 0   # create revision of our broker key; 0 until registered
         # etcd leases count whole seconds.
         self.lease_ttl_s = max(2, math.ceil(self.config.leader_failure_timeout_ms / 1000))
         self.controller = Controller(self)
@@ -208,8 +209,11 @@ class Cluster:
             return
         for p, pi in zip(local.partitions, t.partitions):
             was_leader = p.is_leader
-            if p.set_assignment(pi.replicas, t.fanout, pi.leader_epoch, pi.isr):
-                role = "leader" if p.is_leader else f"follower of {p.upstream}" if p.is_replica else "not a replica"
+            fenced = pi.leader == self.node_id and (not self.registered_revision
+                                                    or pi.mod_revision < self.registered_revision)
+            if p.set_assignment(pi.replicas, t.fanout, pi.leader_epoch, pi.isr, fenced=fenced):
+                role = ("leader" if p.is_leader else "a former leader, fenced until the controller decides"
+                        if p.fenced else f"follower of {p.upstream}" if p.is_replica else "not a replica")
                 log.info("%s-%d: epoch %d, tree %s, isr %s, this node is %s", t.name, p.index, pi.leader_epoch,
                          pi.replicas, pi.isr, role)
             if was_leader != p.is_leader or p.is_leader:
@@ -281,7 +285,13 @@ class Cluster:
                         await trio.sleep(1.0)
                         continue
                     self.lease_id = lease
+                    self.registered_revision = r.revision
                     self._registered.set()
+                    # Leaderships recorded before this registration belong to an earlier
+                    # run of this broker: fenced until the controller decides again.
+                    for t in self.image.topics.values():
+                        self._reconcile(t)
+                    self._signal()
                     log.info("cluster: registered as node %d (%s:%d) with a %d s lease", self.node_id, host, port,
                              self.lease_ttl_s)
                 ttl = await self.store.lease_keepalive(self.lease_id)
@@ -289,6 +299,7 @@ class Cluster:
                     log.warning("cluster: our registration lease expired (paused or cut off from etcd for longer "
                                 "than %d s); registering again", self.lease_ttl_s)
                     self.lease_id = 0
+                    self.registered_revision = 0
                     self._registered = trio.Event()
                     continue
                 backoff = 0.1

@@ -98,6 +98,9 @@ class Partition:
         self.hw_sent: dict[int, int] = {}   # replica id -> high watermark last sent to it
         self._hw = self.log.log_start_offset
         self.needs_truncation = False   # a follower must reconcile with its upstream first
+        # A leadership this broker held before it (re)started: not to be exercised until
+        # the controller decides again, since the log it led may be gone or behind.
+        self.fenced = False
 
     def _rebuild_from_log(self) -> None:
         self.producers = ProducerStateTable()
@@ -115,7 +118,7 @@ class Partition:
 
     @property
     def is_leader(self) -> bool:
-        return self.leader == self.node_id
+        return self.leader == self.node_id and not self.fenced
 
     @property
     def is_replica(self) -> bool:
@@ -130,10 +133,11 @@ class Partition:
         return parent_of(self.replicas, self.node_id, self.fanout)
 
     def set_assignment(self, replicas: list[int], fanout: int, leader_epoch: int,
-                       isr: list[int] | None = None) -> bool:
+                       isr: list[int] | None = None, fenced: bool = False) -> bool:
         """Apply the metadata store's decision; returns True when this broker's role changed."""
         old = (self.is_leader, self.upstream, self.leader_epoch)
         was_leader = self.is_leader
+        self.fenced = fenced
         self.replicas, self.fanout = list(replicas), fanout
         epoch_changed = leader_epoch != self.leader_epoch
         self.leader_epoch = leader_epoch
@@ -186,13 +190,16 @@ class Partition:
             self.notify_append()
 
     async def wait_for_high_watermark(self, offset: int, timeout_s: float) -> bool:
+        """Wait until the HW covers ``offset``; gives up early when this broker stops
+        leading the epoch it started waiting in (the caller then answers
+        NOT_LEADER_OR_FOLLOWER rather than wait for children that follow someone else)."""
+        epoch = self.leader_epoch
         with trio.move_on_after(timeout_s):
-            while self.high_watermark < offset:
+            while self.high_watermark < offset and self.leader_epoch == epoch and self.is_leader:
                 ev = trio.Event()
                 self.waiters.add(ev)
                 await ev.wait()
-            return True
-        return self.high_watermark >= offset
+        return self.high_watermark >= offset and self.leader_epoch == epoch
 
     # -- appends --------------------------------------------------------------------
     def on_leader_append(self, base_offset: int) -> None:

@@ -25,29 +25,43 @@ class Change:
     reason: str
 
 
-def changes_for_liveness(image: ClusterImage, live: set[int], unclean: Callable[[str], bool]) -> tuple[list[Change], list[tuple[str, int]]]:
-    """(changes, offline partitions). A partition whose leader is not live gets the first
-    live committed-ISR member as leader (the tree is re-rooted there, the old leader goes
-    last, the leader epoch moves on); a live leader keeps its partition but dead members
-    leave its ISR (Kafka's controller does the same on broker failure), so acks=all and
-    the high watermark stop waiting for them at once rather than after the lag time.
+def changes_for_liveness(image: ClusterImage, live: set[int],
+                         unclean: Callable[[str], bool]) -> tuple[list[Change], list[tuple[str, int]]]:
+    """(changes, offline partitions).
+
+    A broker whose registration is newer than a partition's state has restarted since
+    that state was written (Kafka's broker epoch, KIP-380): its log may be gone or
+    behind, so it counts as failed for that partition, as a dead broker does.
+
+    A partition whose leader is not live (or restarted) gets the first live committed-ISR
+    member that did not restart as leader (the tree is re-rooted there, the old leader
+    goes last, the leader epoch moves on); only when every live ISR member restarted
+    (a whole cluster restarting) may one of them lead again, with a new epoch. A live
+    leader keeps its partition but dead or restarted members leave its ISR (Kafka's
+    controller does the same on broker failure), so acks=all and the high watermark stop
+    waiting for them at once rather than after the lag time; they rejoin once caught up.
     A partition with no candidate stays as it is and is reported offline."""
     changes: list[Change] = []
     offline: list[tuple[str, int]] = []
     for name, t in image.topics.items():
         for i, p in enumerate(t.partitions):
-            if p.leader not in live:
-                e = choose_leader(p.replicas, p.isr, live, unclean(name))
+            restarted = {m for m in p.replicas if m in live and image.brokers[m].registered_revision > p.mod_revision}
+            if p.leader not in live or p.leader in restarted:
+                stable = [m for m in p.isr if m not in restarted]
+                e = choose_leader(p.replicas, stable, live, unclean(name))
+                if (e is None or not e.clean) and any(m in restarted for m in p.isr):
+                    e = choose_leader(p.replicas, p.isr, live, False) or e
                 if e is None:
                     offline.append((name, i))
                     continue
-                new = PartitionImage(promote(p.replicas, e.leader, demoted=p.leader), p.leader_epoch + 1,
-                                     e.isr, p.mod_revision)
+                isr = [e.leader, *(m for m in e.isr[1:] if m not in restarted)]
+                new = PartitionImage(promote(p.replicas, e.leader, demoted=p.leader) if e.leader != p.leader
+                                     else list(p.replicas), p.leader_epoch + 1, isr, p.mod_revision)
                 changes.append(Change(name, i, p, new, "clean election" if e.clean else "UNCLEAN election"))
-            elif any(m not in live for m in p.isr):
-                new = PartitionImage(list(p.replicas), p.leader_epoch, [m for m in p.isr if m in live],
-                                     p.mod_revision)
-                changes.append(Change(name, i, p, new, "dead replica leaves the ISR"))
+            elif any(m not in live or m in restarted for m in p.isr):
+                new = PartitionImage(list(p.replicas), p.leader_epoch,
+                                     [m for m in p.isr if m in live and m not in restarted], p.mod_revision)
+                changes.append(Change(name, i, p, new, "dead or restarted replica leaves the ISR"))
     return changes, offline
 
 

@@ -51,6 +51,7 @@ class BrokerInfo:
     host: str
     port: int
     rack: str | None
+    registered_revision: int = 0   # create revision of its key: which incarnation this is
 
 
 @dataclass
@@ -125,7 +126,8 @@ class ClusterImage:
             if data is None:
                 self.brokers.pop(node, None)
             else:
-                self.brokers[node] = BrokerInfo(node, str(data["host"]), int(data["port"]), data.get("rack"))
+                self.brokers[node] = BrokerInfo(node, str(data["host"]), int(data["port"]), data.get("rack"),
+                                                create_revision)
             return ""
         if key.startswith(TOPICS):
             name = key[len(TOPICS):]

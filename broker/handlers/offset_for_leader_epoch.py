@@ -28,7 +28,8 @@ async def handle(ctx, request: dict, version: int) -> dict:
             p = registry.partition(t["topic"], idx)
             if p is None or not p.is_replica:
                 out["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif replica_id < 0 and replica_id != -2 and not p.is_leader:
+            elif (replica_id < 0 and replica_id != -2 and not p.is_leader) or p.fenced:
+                # (a fenced former leader's log must not decide where followers truncate)
                 out["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
             else:
                 err = check_leader_epoch(p, pr.get("current_leader_epoch", -1))

@@ -61,6 +61,15 @@ class Node:
 
     def signal(self, sig: int) -> None:
         self.proc.send_signal(sig)
+        if sig in (signal.SIGSTOP, signal.SIGCONT):
+            self.paused = sig == signal.SIGSTOP
+
+    paused = False
+
+    @property
+    def serving(self) -> bool:
+        """Running and not paused: a broker that can answer."""
+        return self.alive and not self.paused
 
     def kill9(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
@@ -132,7 +141,7 @@ class ComposeCluster:
         return self
 
     def _ready(self) -> bool:
-        live = [n for n in self.nodes.values() if n.alive]
+        live = [n for n in self.nodes.values() if n.serving]
         for n in live:
             r = cluster_metadata(n.bootstrap, ["__consumer_offsets"])
             if len(r["brokers"]) != len(live) or r["controller_id"] < 0 or r["topics"][0]["error_code"]:
@@ -151,12 +160,12 @@ class ComposeCluster:
     @property
     def controller_id(self) -> int:
         """The elected controller, as a live broker reports it."""
-        node = next(n for n in self.nodes.values() if n.alive)
+        node = next(n for n in self.nodes.values() if n.serving)
         return cluster_metadata(node.bootstrap, [])["controller_id"]
 
     def metadata(self, topic: str, via: int | None = None) -> dict:
         """{partition: (leader, leader_epoch, replicas, isr)} as one broker reports it."""
-        node = self.nodes[via] if via is not None else next(n for n in self.nodes.values() if n.alive)
+        node = self.nodes[via] if via is not None else next(n for n in self.nodes.values() if n.serving)
         return partition_metadata(node.bootstrap, topic)
 
     def create_topic(self, topic: str, partitions: int = 1, configs: dict | None = None, via: int | None = None) -> None:
@@ -169,7 +178,7 @@ class ComposeCluster:
         finally:
             c.close()
         assert r["topics"][0]["error_code"] == 0, r
-        wait_for(lambda: all(self._has_topic(n, topic) for n in self.nodes.values() if n.alive),
+        wait_for(lambda: all(self._has_topic(n, topic) for n in self.nodes.values() if n.serving),
                  "topic on every broker")
 
     def _has_topic(self, node: Node, topic: str) -> bool:

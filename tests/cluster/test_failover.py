@@ -88,7 +88,7 @@ def live_controller(cluster, exclude: int | None = None) -> int | None:
     """The controller as every live broker but ``exclude`` reports it, once they agree."""
     seen = set()
     for n in cluster.nodes.values():
-        if n.alive and n.node_id != exclude:
+        if n.serving and n.node_id != exclude:
             seen.add(cluster_metadata(n.bootstrap, [])["controller_id"])
     return seen.pop() if len(seen) == 1 and -1 not in seen and exclude not in seen else None
 
@@ -210,7 +210,7 @@ def test_paused_leader_never_acknowledges_a_truncated_acks_all_write(cluster):
 
 
 def find_coordinator(cluster, group: str) -> int:
-    node = next(n for n in cluster.nodes.values() if n.alive)
+    node = next(n for n in cluster.nodes.values() if n.serving)
     c = RawClient(node.bootstrap)
     try:
         r = c.request(10, 1, {"key": group, "key_type": 0})
