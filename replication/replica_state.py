@@ -133,12 +133,14 @@ class EpochCache:
             return -1, -1
         latest = max(self.latest(), current_epoch)
         if epoch >= latest:
-            return (latest if latest <= epoch else epoch), log_end_offset
-        higher = next(((e, s) for e, s in self.entries if e > epoch), None)
-        if higher is None:
             return latest, log_end_offset
         floor = [e for e, _ in self.entries if e <= epoch]
-        return (floor[-1] if floor else epoch), higher[1]
+        next_start = next((s for e, s in self.entries if e > epoch), None)
+        if next_start is None:
+            # Only the leader's current epoch is newer, and it has no batch yet: the
+            # epoch asked for (or the floor of it) runs to the log end.
+            next_start = log_end_offset
+        return (floor[-1] if floor else epoch), next_start
 
 
 def truncation_point(own: EpochCache, own_log_end: int, upstream_epoch: int, upstream_end_offset: int) -> int:
