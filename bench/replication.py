@@ -1,11 +1,14 @@
 """Replication bench: a local 4-broker canopy tree on loopback addresses.
 
     .venv/bin/python bench/replication.py [--records 100000] [--size 1024] [--samples 500]
+    .venv/bin/python bench/replication.py --quick     # 20 000 records, 100 samples: a smoke test
 
-Starts four `canopy serve` processes on 127.0.0.11-.14 (one free port, as containers would
-each have an address; node 1 the controller, fanout 2, min.insync.replicas 2), so the tree
-of partition 0 is leader -> two children -> one grandchild (the compose.yaml shape), then
-measures with confluent-kafka:
+Starts one etcd member on 127.0.0.1 (Debian's /usr/bin/etcd; free client and peer ports,
+data in the bench's temp dir) for the cluster metadata, then four `canopy serve
+--metadata-store etcd://127.0.0.1:P` processes on 127.0.0.11-.14 (one free port, as
+containers would each have an address; fanout 2, min.insync.replicas 2). The controller is
+whichever broker etcd elects; each topic's tree is read back from Metadata: leader -> two
+children -> one grandchild (the compose.yaml shape). Then it measures with confluent-kafka:
 
 - produce throughput, 1 KiB records, acks=1 and acks=all (idempotence off, linger 5 ms,
   1 MiB batches), each on its own fresh topic; the ratio acks=all / acks=1 (target >= 0.6).
@@ -16,7 +19,8 @@ measures with confluent-kafka:
   the tree: a replica exposes a record only below the HW it learned from its upstream.
 - broker CPU per replicated message: utime+stime of every broker from /proc/<pid>/stat over
   the acks=all phase, divided by the records (per broker and summed).
-Everything stays on loopback. Prints a table and writes bench/results/replication-<ts>.json.
+Everything stays on loopback; the brokers and etcd are stopped at the end, even on failure.
+Prints a table and writes bench/results/replication-<ts>.json.
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -42,8 +47,12 @@ CANOPY = Path(sys.executable).parent / "canopy"
 HOSTS = {1: "127.0.0.11", 2: "127.0.0.12", 3: "127.0.0.13", 4: "127.0.0.14"}
 TICK = os.sysconf("SC_CLK_TCK")
 
+# The repository root first: this script's own name would otherwise shadow the
+# replication package. bench/ after it, for the bench's helpers (brokers.py).
 sys.path.insert(0, str(ROOT))
-from replication.tree import parent_of  # noqa: E402
+sys.path.insert(1, str(ROOT / "bench"))
+from brokers import PeerUnavailable, debian  # noqa: E402
+from replication.tree import children_of, parent_of  # noqa: E402
 
 
 def free_port(host: str) -> int:
@@ -63,32 +72,127 @@ def pct(samples: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
+class Etcd:
+    """One etcd member on 127.0.0.1 (Debian's /usr/bin/etcd 3.4) holding the cluster's
+    metadata: free client and peer ports, its data directory under the bench's workdir.
+    A single member is enough here: the bench measures replication, not etcd failover."""
+
+    def __init__(self, workdir: Path):
+        try:
+            exe = debian("etcd", "etcd-server")   # apt-get as root when missing, like the bench's peers
+        except PeerUnavailable as e:
+            raise SystemExit(str(e)) from None
+        self.client_port = free_port("127.0.0.1")
+        peer_port = free_port("127.0.0.1")
+        client, peer = f"http://127.0.0.1:{self.client_port}", f"http://127.0.0.1:{peer_port}"
+        log = open(workdir / "etcd.log", "ab")
+        self.proc = subprocess.Popen(
+            [exe, "--name", "bench", "--data-dir", str(workdir / "etcd"),
+             "--listen-client-urls", client, "--advertise-client-urls", client,
+             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+             "--initial-cluster", f"bench={peer}", "--logger", "zap", "--log-level", "warn"],
+            stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self.workdir = workdir
+
+    def wait_healthy(self, timeout: float = 30) -> None:
+        # /health answers {"health":"true"} once the member has a leader (itself) and
+        # serves reads: only then can a broker load the image and register.
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))   # loopback, never a proxy
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"etcd exited {self.proc.returncode}; see {self.workdir}/etcd.log")
+            try:
+                with opener.open(f"{self.url}/health", timeout=1) as r:
+                    if json.loads(r.read()).get("health") == "true":
+                        return
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit(f"etcd not healthy after {timeout:.0f} s; see {self.workdir}/etcd.log")
+            time.sleep(0.1)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.client_port}"
+
+    @property
+    def endpoint(self) -> str:
+        return f"etcd://127.0.0.1:{self.client_port}"
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+
+def stop_process(p: subprocess.Popen) -> None:
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+    try:
+        p.wait(15)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait(5)
+
+
 class Cluster:
-    def __init__(self, workdir: Path, fanout: int = 2, min_insync: int = 2):
+    """etcd plus four brokers. The controller is whichever broker wins the election in
+    etcd, and a topic's tree is whatever the controller assigned: read it from Metadata."""
+
+    def __init__(self, workdir: Path, fanout: int = 2, min_insync: int = 2, log_level: str = "warning"):
+        self.log_level = log_level
         self.port = free_port(HOSTS[1])
         self.workdir = workdir
-        peers = ",".join(f"{n}@{h}:{self.port}/rack-{n}" for n, h in HOSTS.items())
+        self.fanout = fanout
+        self.min_insync = min_insync
+        self.etcd: Etcd | None = None
         self.procs: dict[int, subprocess.Popen] = {}
+        self.controller = -1
+
+    def start(self) -> "Cluster":
+        self.etcd = Etcd(self.workdir)
+        self.etcd.wait_healthy()
         for n, h in HOSTS.items():
-            log = open(workdir / f"node{n}.log", "ab")
+            log = open(self.workdir / f"node{n}.log", "ab")
             self.procs[n] = subprocess.Popen(
-                [str(CANOPY), "serve", "--data-dir", str(workdir / f"node{n}"), "--listen", f"{h}:{self.port}",
-                 "--node-id", str(n), "--rack", f"rack-{n}", "--peers", peers, "--controller", "1",
-                 "--fanout", str(fanout), "--min-insync-replicas", str(min_insync), "--log-level", "warning"],
+                [str(CANOPY), "serve", "--metadata-store", self.etcd.endpoint, "--node-id", str(n),
+                 "--listen", f"{h}:{self.port}", "--rack", f"rack-{n}", "--data-dir", str(self.workdir / f"node{n}"),
+                 "--fanout", str(self.fanout), "--min-insync-replicas", str(self.min_insync),
+                 "--log-level", self.log_level],
                 stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
             log.close()
         for n, h in HOSTS.items():
             deadline = time.monotonic() + 30
             while True:
-                if self.procs[n].poll() is not None:
-                    raise SystemExit(f"broker {n} exited {self.procs[n].returncode}; see {workdir}/node{n}.log")
+                self._check_alive(n)
                 try:
                     socket.create_connection((h, self.port), timeout=0.5).close()
                     break
                 except OSError:
                     if time.monotonic() > deadline:
-                        raise SystemExit(f"broker {n} did not listen")
+                        raise SystemExit(f"broker {n} did not listen; see {self.workdir}/node{n}.log")
                     time.sleep(0.05)
+        # A topic created with replication factor -1 gets one replica per registered
+        # broker: wait until every broker's leased registration is in Metadata and a
+        # controller has been elected.
+        deadline = time.monotonic() + 30
+        while True:
+            for n in HOSTS:
+                self._check_alive(n)
+            try:
+                md = AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=5)
+                if set(md.brokers) == set(HOSTS) and md.controller_id in HOSTS:
+                    self.controller = md.controller_id
+                    return self
+            except Exception:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit(f"brokers never all registered in etcd; see {self.workdir}/node*.log")
+            time.sleep(0.2)
+
+    def _check_alive(self, n: int) -> None:
+        if self.procs[n].poll() is not None:
+            raise SystemExit(f"broker {n} exited {self.procs[n].returncode}; see {self.workdir}/node{n}.log")
 
     def addr(self, n: int) -> str:
         return f"{HOSTS[n]}:{self.port}"
@@ -101,35 +205,39 @@ class Cluster:
         return {n: cpu_seconds(p.pid) for n, p in self.procs.items()}
 
     def tree(self, topic: str) -> tuple[list[int], list[int]]:
-        """(replicas, isr) of partition 0, waiting until every replica is in sync with the leader's view."""
+        """(replicas in tree order, committed ISR) of partition 0, as Metadata reports them."""
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         md = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
         return list(md.replicas), list(md.isrs)
 
     def create(self, topic: str) -> list[int]:
+        """A one-partition topic over all four brokers; returns its tree once the committed
+        ISR is exactly the leader and its direct children (deeper tiers replicate
+        asynchronously and never count for acks=all), so the phases start settled."""
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         admin.create_topics([NewTopic(topic, 1, -1)])[topic].result(15)
         deadline = time.monotonic() + 30
+        replicas: list[int] = []
+        isr: list[int] = []
         while time.monotonic() < deadline:
             try:
                 replicas, isr = self.tree(topic)
-                if len(replicas) == 4 and len(isr) >= 3:   # leader + both direct children
+                if len(replicas) == len(HOSTS) and \
+                        set(isr) == {replicas[0], *children_of(replicas, replicas[0], self.fanout)}:
                     return replicas
             except Exception:
                 pass
             time.sleep(0.2)
-        raise SystemExit(f"{topic}: ISR never filled")
+        raise SystemExit(f"{topic}: ISR never settled to leader + direct children (tree {replicas}, isr {isr})")
 
     def stop(self) -> None:
         for p in self.procs.values():
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
         for p in self.procs.values():
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
+            stop_process(p)
+        if self.etcd is not None:
+            self.etcd.stop()   # last: brokers that lose etcd while stopping only log warnings
 
 
 def produce_phase(cluster: Cluster, topic: str, acks: str, n: int, size: int) -> dict:
@@ -157,8 +265,8 @@ def produce_phase(cluster: Cluster, topic: str, acks: str, n: int, size: int) ->
             "cpu_us_per_msg": per_broker, "cpu_us_per_msg_total": sum(per_broker.values())}
 
 
-def latency_phase(cluster: Cluster, topic: str, replicas: list[int], samples: int, fanout: int = 2) -> dict:
-    grandchild = next(r for r in replicas if parent_of(replicas, r, fanout) not in (None, replicas[0]))
+def latency_phase(cluster: Cluster, topic: str, replicas: list[int], samples: int) -> dict:
+    grandchild = next(r for r in replicas if parent_of(replicas, r, cluster.fanout) not in (None, replicas[0]))
     leader = replicas[0]
     arrivals: dict[int, int] = {}
     done = threading.Event()
@@ -206,24 +314,32 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--samples", type=int, default=500)
+    ap.add_argument("--quick", action="store_true", help="20 000 records and 100 latency samples")
     ap.add_argument("--keep", action="store_true", help="keep the brokers' data directories and logs")
+    ap.add_argument("--broker-log-level", default="warning", choices=["debug", "info", "warning", "error"],
+                    help="the brokers' --log-level (their logs are in the temp dir; see --keep)")
     args = ap.parse_args()
+    if args.quick:
+        args.records, args.samples = 20_000, 100
     workdir = Path(tempfile.mkdtemp(prefix="canopy-repl-bench-"))
-    cluster = Cluster(workdir)
+    cluster = Cluster(workdir, log_level=args.broker_log_level)
     try:
+        cluster.start()
         r1 = cluster.create("bench-acks1")
         ra = cluster.create("bench-acksall")
         acks1 = produce_phase(cluster, "bench-acks1", "1", args.records, args.size)
         acksall = produce_phase(cluster, "bench-acksall", "all", args.records, args.size)
-        cluster.create("bench-latency")
-        lat = latency_phase(cluster, "bench-latency", cluster.tree("bench-latency")[0], args.samples)
+        rl = cluster.create("bench-latency")
+        lat = latency_phase(cluster, "bench-latency", rl, args.samples)
     finally:
         cluster.stop()
     ratio = acksall["msg_per_s"] / acks1["msg_per_s"]
-    result = {"records": args.records, "size": args.size, "trees": {"bench-acks1": r1, "bench-acksall": ra},
+    trees = {"bench-acks1": r1, "bench-acksall": ra, "bench-latency": rl}
+    result = {"records": args.records, "size": args.size, "controller": cluster.controller, "trees": trees,
               "acks1": acks1, "acksall": acksall, "ratio_all_vs_1": ratio, "latency_leader_to_grandchild": lat}
-    print(f"4 brokers on {', '.join(HOSTS.values())}, fanout 2, min.insync.replicas 2, "
-          f"{args.records} x {args.size} B records")
+    print(f"4 brokers on {', '.join(HOSTS.values())} + etcd on 127.0.0.1, controller {cluster.controller}, "
+          f"fanout {cluster.fanout}, min.insync.replicas {cluster.min_insync}, {args.records} x {args.size} B records")
+    print("trees (breadth-first, leader first): " + ", ".join(f"{t} {r}" for t, r in trees.items()))
     print(f"{'':22}{'msg/s':>10}{'MB/s':>9}{'CPU us/msg (all brokers)':>27}  per broker")
     for r in (acks1, acksall):
         per = " ".join(f"{n}:{v:.0f}" for n, v in sorted(r["cpu_us_per_msg"].items()))

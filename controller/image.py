@@ -88,6 +88,18 @@ class TopicImage:
         return len(self.partitions) == self.num_partitions
 
 
+def _decode(value: bytes | None) -> dict | None:
+    """None for a delete. A put must hold a JSON object: an empty or ``null`` value (a
+    mistaken ``etcdctl put``) is unreadable, never taken for a delete, which would make
+    every broker drop the topic and its data while etcd still holds the key."""
+    if value is None:
+        return None
+    data = json.loads(value)
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    return data
+
+
 class ClusterImage:
     """Applies etcd puts and deletes under /canopy/; remembers what each one touched."""
 
@@ -116,7 +128,9 @@ class ClusterImage:
             return None
 
     def _apply(self, key: str, value: bytes | None, mod_revision: int, create_revision: int) -> str | None:
-        data = json.loads(value) if value else None
+        if key != CONTROLLER_KEY and not key.startswith((BROKERS, TOPICS, PARTITIONS)):
+            return None   # e.g. the producer-id block, or a key of a newer canopy: not ours to read
+        data = _decode(value)
         if key == CONTROLLER_KEY:
             self.controller_id = int(data["node_id"]) if data else -1
             self.controller_epoch = create_revision if data else -1

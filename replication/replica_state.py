@@ -46,16 +46,19 @@ class LeaderState:
         self.children: list[int] = []
         self.committed_isr: list[int] = [node_id]
         self.followers: dict[int, FollowerState] = {}
-        self.leader_since_ms = 0
+        self.leader_since_ms: int | None = None   # None until the store first makes us leader
 
     def reset(self, children: list[int], committed_isr: list[int], new_epoch: bool, now_ms: int) -> None:
         """Adopt the store's decision. A new leader epoch forgets what the children
         reported to any earlier leader (they must fetch from this one first) and gives
         the ISR members the lag time to do so (Kafka starts their lastCaughtUpTime at
-        the leadership change), so a new leader does not shrink its ISR at once."""
+        the leadership change), so a new leader does not shrink its ISR at once. The
+        first reset always starts a leadership, even at an unchanged epoch: a broker
+        creates a partition as its own epoch-0 leader before the store's first word
+        arrives, and "you lead epoch 0" is then no epoch change."""
         self.children = list(children)
         self.committed_isr = list(committed_isr)
-        if new_epoch:
+        if new_epoch or self.leader_since_ms is None:
             self.followers.clear()
             self.leader_since_ms = now_ms
         for gone in [c for c in self.followers if c not in self.children]:
@@ -83,7 +86,8 @@ class LeaderState:
     def is_caught_up(self, child: int, now_ms: int) -> bool:
         st = self.followers.get(child)
         if st is None or st.last_caught_up_ms < 0:
-            return child in self.committed_isr and now_ms - self.leader_since_ms <= self.lag_time_ms
+            return (child in self.committed_isr and self.leader_since_ms is not None
+                    and now_ms - self.leader_since_ms <= self.lag_time_ms)
         return now_ms - st.last_caught_up_ms <= self.lag_time_ms
 
     def proposed_isr(self, now_ms: int) -> list[int]:
@@ -129,12 +133,14 @@ class EpochCache:
             return -1, -1
         latest = max(self.latest(), current_epoch)
         if epoch >= latest:
-            return (latest if latest <= epoch else epoch), log_end_offset
-        higher = next(((e, s) for e, s in self.entries if e > epoch), None)
-        if higher is None:
             return latest, log_end_offset
         floor = [e for e, _ in self.entries if e <= epoch]
-        return (floor[-1] if floor else epoch), higher[1]
+        next_start = next((s for e, s in self.entries if e > epoch), None)
+        if next_start is None:
+            # Only the leader's current epoch is newer, and it has no batch yet: the
+            # epoch asked for (or the floor of it) runs to the log end.
+            next_start = log_end_offset
+        return (floor[-1] if floor else epoch), next_start
 
 
 def truncation_point(own: EpochCache, own_log_end: int, upstream_epoch: int, upstream_end_offset: int) -> int:
