@@ -24,13 +24,20 @@ import uuid
 import trio
 
 from protocol.errors import ErrorCode
-from replication.tree import assign_replicas
+from replication.tree import assign_replicas, children_of
 
 from .decisions import changes_for_liveness, reassign
 from .etcd import Compare, EtcdError, Op
 from .image import (CONTROLLER_KEY, PartitionImage, TopicImage, encode, partition_key, topic_key, PARTITIONS)
 
 log = logging.getLogger("canopy.controller")
+
+
+def _new_partition(live: list[int], index: int, replication_factor: int, fanout: int) -> PartitionImage:
+    """A new partition's tree; its ISR starts as the leader and its direct children (the
+    only replicas that fetch from the leader: deeper tiers never hold the HW back)."""
+    tree = assign_replicas(live, index, replication_factor)
+    return PartitionImage(tree, 0, [tree[0], *children_of(tree, tree[0], fanout)])
 
 
 class ControllerError(Exception):
@@ -189,8 +196,7 @@ class Controller:
         t = TopicImage(name, uuid.uuid4(), dict(configs), fanout, num_partitions)
         ops = [Op.put(topic_key(name), t.to_value())]
         for i in range(num_partitions):
-            tree = assign_replicas(live, i, rf)
-            ops.append(Op.put(partition_key(name, i), PartitionImage(tree, 0, list(tree)).to_value(self.epoch)))
+            ops.append(Op.put(partition_key(name, i), _new_partition(live, i, rf, fanout).to_value(self.epoch)))
         if await self._write([Compare.create_revision(topic_key(name), "=", 0)], ops) is None:
             raise ControllerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
         log.info("controller: created topic %s: %d partition(s), replication factor %d, fanout %d",
@@ -224,8 +230,7 @@ class Controller:
         grown = TopicImage(t.name, t.topic_id, t.configs, t.fanout, total)
         ops = [Op.put(topic_key(name), grown.to_value())]
         for i in range(len(t.partitions), total):
-            tree = assign_replicas(live, i, rf)
-            ops.append(Op.put(partition_key(name, i), PartitionImage(tree, 0, list(tree)).to_value(self.epoch)))
+            ops.append(Op.put(partition_key(name, i), _new_partition(live, i, rf, t.fanout).to_value(self.epoch)))
         key = topic_key(name)
         if await self._write([Compare.value(key, "=", t.to_value())], ops) is None:
             raise ControllerError(ErrorCode.INVALID_PARTITIONS, f"topic {name!r} changed meanwhile; retry")

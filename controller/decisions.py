@@ -45,7 +45,8 @@ def changes_for_liveness(image: ClusterImage, live: set[int],
     offline: list[tuple[str, int]] = []
     for name, t in image.topics.items():
         for i, p in enumerate(t.partitions):
-            restarted = {m for m in p.replicas if m in live and image.brokers[m].registered_revision > p.mod_revision}
+            restarted = {m for m in p.replicas
+                         if m in image.brokers and image.brokers[m].registered_revision > p.mod_revision}
             if p.leader not in live or p.leader in restarted:
                 stable = [m for m in p.isr if m not in restarted]
                 e = choose_leader(p.replicas, stable, live, unclean(name))

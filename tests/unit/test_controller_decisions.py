@@ -214,7 +214,7 @@ def test_dead_leader_gets_a_clean_election_with_a_promoted_tree_and_the_next_epo
 def test_dead_follower_leaves_the_isr_at_the_same_epoch():
     img = image_with({"t": [([1, 2, 3], [1, 2, 3], 5)]})
     [c] = changes_for_liveness(img, {1, 2, 4}, never)[0]
-    assert c.reason == "dead replica leaves the ISR"
+    assert c.reason == "dead or restarted replica leaves the ISR"
     assert (c.new.replicas, c.new.leader_epoch, c.new.isr) == ([1, 2, 3], 5, [1, 2])
 
 
@@ -314,3 +314,40 @@ def test_every_elected_leader_is_live_and_clean_ones_come_from_the_old_isr(c):
     for _, i in offline:
         replicas, isr, _ = parts[i]
         assert not set(isr) & live and (not unclean or not set(replicas) & live)
+
+
+# -- a restarted broker (a registration newer than the partition's state) ----------------------
+
+def restart(img: ClusterImage, node: int, revision: int = 1000) -> None:
+    img.apply(broker_key(node), encode({"host": "127.0.0.1", "port": 9000 + node, "rack": None}), revision, revision)
+
+
+def test_a_restarted_leader_is_replaced_by_an_isr_member_that_did_not_restart():
+    img = image_with({"t": [([1, 2, 3, 4], [1, 2, 3], 5)]})
+    restart(img, 1)   # killed and back before its lease lapsed: its log may be gone
+    [c] = changes_for_liveness(img, {1, 2, 3, 4}, never)[0]
+    assert (c.new.leader, c.new.leader_epoch) == (2, 6)
+    assert c.new.isr == [2, 3] and c.new.replicas[-1] == 1
+
+
+def test_a_restarted_follower_leaves_the_isr_until_it_catches_up():
+    img = image_with({"t": [([1, 2, 3], [1, 2, 3], 5)]})
+    restart(img, 3)
+    [c] = changes_for_liveness(img, {1, 2, 3}, never)[0]
+    assert (c.new.leader, c.new.leader_epoch, c.new.isr) == (1, 5, [1, 2])
+
+
+def test_when_every_isr_member_restarted_one_of_them_leads_again_with_a_new_epoch():
+    img = image_with({"t": [([1, 2, 3], [1, 2], 5)]})
+    restart(img, 1, 1000)
+    restart(img, 2, 1001)
+    [c] = changes_for_liveness(img, {1, 2, 3}, never)[0]
+    assert (c.new.leader, c.new.leader_epoch, c.new.replicas) == (1, 6, [1, 2, 3])
+    assert c.reason == "clean election"
+
+
+def test_once_the_controller_wrote_a_newer_state_a_restart_is_old_news():
+    img = image_with({"t": [([1, 2, 3], [1, 2, 3], 5)]})
+    restart(img, 1, 1000)
+    img.apply(partition_key("t", 0), partition_value([2, 3, 1], [2, 3], 6), 1001, 20)
+    assert changes_for_liveness(img, {1, 2, 3}, never) == ([], [])
