@@ -259,13 +259,13 @@ class EtcdCluster:
         return by_id.get(leader_id)
 
     def stop(self) -> None:
-        """Stop every member (SIGCONT first); idempotent."""
+        """Stop every member (SIGCONT first); idempotent. SIGKILL: the data is thrown away
+        with tmp_path, and a graceful SIGTERM costs seconds per member while the leader
+        tries to hand leadership to followers that are exiting too."""
         for m in self.members:
             if m.alive:
                 m.proc.send_signal(signal.SIGCONT)
-                m.proc.send_signal(signal.SIGTERM)
-        for m in self.members:
-            m.stop()
+            m.kill9()
 
 
 @pytest.fixture
