@@ -17,6 +17,7 @@ COPY protocol ./protocol
 COPY storage ./storage
 COPY broker ./broker
 COPY replication ./replication
+COPY controller ./controller
 COPY canopy_spark ./canopy_spark
 RUN pip install . && canopy --help >/dev/null
 

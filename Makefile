@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 CACHE  := .cache
 
-.PHONY: run test reliability soak venv test-venv test-deps kcat docker-compose jars kp2 bench clean pipeline
+.PHONY: run test reliability soak venv test-venv test-deps kcat etcd docker-compose jars kp2 bench clean pipeline
 
 # `make run` needs canopy alone; the test extras (clients, pyspark, ...) come with `make test`.
 $(VENV)/.installed: pyproject.toml
@@ -32,6 +32,14 @@ kcat:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null); \
 	  else echo "kcat missing and not root: install Debian's kcat"; fi; }
 
+# etcd 3.4 (Debian etcd-server; etcdctl from etcd-client) for canopy's cluster metadata
+# store and tests/etcd_cluster.py; installed through apt-get when missing and we are root.
+etcd:
+	@{ command -v etcd >/dev/null 2>&1 && command -v etcdctl >/dev/null 2>&1; } || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server etcd-client >/dev/null); \
+	  else echo "etcd missing and not root: install Debian's etcd-server and etcd-client"; fi; }
+
 # docker-compose (1.29, Debian) validates compose.yaml (`docker-compose config`); no engine needed.
 docker-compose:
 	@command -v docker-compose >/dev/null 2>&1 || { \
@@ -50,7 +58,7 @@ $(VENV)-kp2/.installed:
 	$(VENV)-kp2/bin/pip install -q 'kafka-python==2.0.2'
 	touch $@
 
-test-deps: test-venv kcat docker-compose jars kp2
+test-deps: test-venv kcat etcd docker-compose jars kp2
 
 test: test-deps
 	$(PY) -m pytest -q -p no:cacheprovider tests

@@ -415,7 +415,11 @@ class EtcdClient:
     async def lease_ttl(self, lease_id: int) -> int:
         """Remaining TTL in seconds; -1 if the lease expired or never existed."""
         d = await self._call("/v3/lease/timetolive", {"ID": str(int(lease_id))})
-        return int(d.get("TTL", -1))
+        if "TTL" in d:
+            return int(d["TTL"])
+        # proto3 leaves out a zero TTL: a live lease in its last second still reports
+        # grantedTTL; an unknown one answers TTL "-1".
+        return 0 if "grantedTTL" in d else -1
 
     # ------------------------------------------------------------------ watch
 
