@@ -38,6 +38,7 @@ from replication.client import PeerConnection, PeerError
 from replication.fetcher import UpstreamFetcher
 
 from .broker import monotonic_ms
+from .groups.offsets_log import OFFSETS_TOPIC, offsets_topic_configs
 from .topics import INTERNAL_TOPICS, TopicError, validate_topic_name
 
 log = logging.getLogger("canopy.cluster")
@@ -107,6 +108,11 @@ class Cluster:
         validate_topic_name(name)
         if name in INTERNAL_TOPICS:
             raise TopicError(ErrorCode.INVALID_REQUEST, f"{name!r} is an internal topic")
+
+    def offsets_topic_spec(self) -> tuple[str, int, int, dict[str, str]]:
+        """(name, partitions, replication factor, configs) of __consumer_offsets."""
+        rf = self.config.offsets_topic_replication_factor
+        return OFFSETS_TOPIC, self.config.offsets_topic_num_partitions, rf, offsets_topic_configs(rf)
 
     def changed(self) -> trio.Event:
         return self._changed

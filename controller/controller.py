@@ -155,15 +155,12 @@ class Controller:
         self._offline_reported = set(offline)
 
     async def _ensure_offsets_topic(self) -> None:
-        from broker.groups.offsets_log import OFFSETS_TOPIC, offsets_topic_configs
+        name, partitions, rf, configs = self.cluster.offsets_topic_spec()
         img = self.cluster.image
-        cfg = self.cluster.config
-        if OFFSETS_TOPIC in img.topics or len(img.brokers) < cfg.offsets_topic_replication_factor:
+        if name in img.topics or len(img.brokers) < rf:
             return   # Kafka, too, waits for offsets.topic.replication.factor brokers
         try:
-            await self.create_topic(OFFSETS_TOPIC, cfg.offsets_topic_num_partitions,
-                                    cfg.offsets_topic_replication_factor,
-                                    offsets_topic_configs(cfg.offsets_topic_replication_factor), internal=True)
+            await self.create_topic(name, partitions, rf, configs, internal=True)
         except ControllerError as e:
             if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                 raise
