@@ -245,7 +245,8 @@ def test_watch_resumes_on_another_member_after_its_member_is_killed(etcd_cluster
             # Re-watch from the next revision: the client has moved to another member and
             # sees every later put exactly once, in order.
             with trio.fail_after(HANG_GUARD):
-                async with etcd.watch("/canopy/p/", seen[-1].kv.mod_revision + 1) as w:
+                assert w.next_revision == seen[-1].kv.mod_revision + 1
+                async with etcd.watch("/canopy/p/", w.next_revision) as w:
                     assert w.endpoint != watched.endpoint
                     async for events in w:
                         seen += events
