@@ -431,7 +431,8 @@ class EtcdClient:
                     ...
 
         Raises EtcdUnavailable when the stream breaks or its member stops answering (re-watch
-        from the last seen mod_revision + 1: the next attempt starts on another member), and
+        from ``w.next_revision``, the last seen mod_revision + 1: the next attempt starts on
+        another member), and
         WatchCompacted if ``start_revision`` is older than etcd's compaction."""
         return Watch(self, prefix, start_revision, liveness_interval)
 
@@ -503,7 +504,11 @@ class Watch:
         self._nursery: trio.Nursery | None = None
         self._recv: trio.MemoryReceiveChannel | None = None
         self._done: BaseException | None = None
-        self.revision = 0          # header revision of the latest message
+        self.revision = 0          # header revision of the latest message (informational)
+        # Where a new watch must start to miss nothing and repeat nothing: after the last
+        # delivered event's revision. (The header revision cannot serve: a watch catching
+        # up reports the store's current revision before sending the older events.)
+        self.next_revision = int(start_revision)
 
     @property
     def endpoint(self) -> str | None:
@@ -671,5 +676,7 @@ class Watch:
             events = result.get("events") or ()
             if not events:
                 continue     # progress notification: nothing changed under the prefix
-            return [WatchEvent(type=e.get("type") or "PUT", kv=KeyValue.from_json(e.get("kv") or {}))
-                    for e in events]
+            batch = [WatchEvent(type=e.get("type") or "PUT", kv=KeyValue.from_json(e.get("kv") or {}))
+                     for e in events]
+            self.next_revision = batch[-1].kv.mod_revision + 1
+            return batch

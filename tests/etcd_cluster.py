@@ -4,8 +4,8 @@ ports, data directories and logs under the test's tmp_path.
 
 Faults are real: kill9() is SIGKILL, pause()/resume() are SIGSTOP/SIGCONT. No etcd process
 outlives the test: the fixture stops every member, an atexit hook kills what is left if
-the interpreter exits early, and each member gets PR_SET_PDEATHSIG so that even a
-SIGKILLed pytest takes its etcd members with it.
+the interpreter exits early, and members started from the main thread get
+PR_SET_PDEATHSIG so that even a SIGKILLed pytest takes them with it.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import os
 import platform
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -119,9 +120,14 @@ class EtcdMember:
                "--initial-cluster-token", f"canopy-test-{os.getpid()}",
                "--heartbeat-interval", str(HEARTBEAT_MS), "--election-timeout", str(ELECTION_TIMEOUT_MS),
                "--logger", "zap", "--log-outputs", "stderr"]
+        # PR_SET_PDEATHSIG fires when the forking *thread* exits: a member started from a
+        # worker thread (trio.to_thread) would be killed when that thread is retired, so
+        # only the main thread asks for it; the fixture and atexit cover the rest.
+        in_main = threading.current_thread() is threading.main_thread()
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_etcd_env(),
-                                         stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+                                         stdin=subprocess.DEVNULL,
+                                         preexec_fn=_die_with_parent if in_main else None)
         self.paused = False
         _live.add(self)
         return self

@@ -245,7 +245,8 @@ def test_watch_resumes_on_another_member_after_its_member_is_killed(etcd_cluster
             # Re-watch from the next revision: the client has moved to another member and
             # sees every later put exactly once, in order.
             with trio.fail_after(HANG_GUARD):
-                async with etcd.watch("/canopy/p/", seen[-1].kv.mod_revision + 1) as w:
+                assert w.next_revision == seen[-1].kv.mod_revision + 1
+                async with etcd.watch("/canopy/p/", w.next_revision) as w:
                     assert w.endpoint != watched.endpoint
                     async for events in w:
                         seen += events
@@ -295,7 +296,7 @@ def test_requests_fail_over_when_a_member_is_killed_or_frozen(etcd_cluster):
                 assert etcd.current_endpoint != first.endpoint
                 assert (await etcd.get("/k")).value == b"2"
             # The killed member comes back with its data directory and catches up.
-            await trio.to_thread.run_sync(first.start)
+            first.start()   # Popen only: quick, and from the main thread (PDEATHSIG)
             await trio.to_thread.run_sync(etcd_cluster.wait_ready)
             async with client_for(etcd_cluster, order=[0]) as only_first:
                 assert (await only_first.get("/k")).value == b"2"
@@ -355,7 +356,7 @@ def test_majority_down_raises_unavailable_instead_of_hanging(etcd_cluster):
             assert all(h["error"] for h in health)
 
             # A quorum again: the same client works without being recreated.
-            await trio.to_thread.run_sync(etcd_cluster.members[0].start)
+            etcd_cluster.members[0].start()
 
             async def writable():
                 try:
