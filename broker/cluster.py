@@ -58,11 +58,14 @@ class Cluster:
         self.node_id = broker.node_id
         self.enabled = bool(self.config.metadata_store)
         self.image = ClusterImage()
-        self.store = EtcdClient(parse_endpoints(self.config.metadata_store)) if self.enabled else None
         self.lease_id = 0
         self.registered_revision = 0   # create revision of our broker key; 0 until registered
         # etcd leases count whole seconds.
-        self.lease_ttl_s = max(2, math.ceil(self.config.leader_failure_timeout_ms / 1000))
+        self.lease_ttl_s = max(1, math.ceil(self.config.leader_failure_timeout_ms / 1000))
+        # A call tries each endpoint in turn: keep one attempt well inside the lease TTL, so
+        # a frozen or leaderless member cannot make a lease renewal miss it.
+        self.store = EtcdClient(parse_endpoints(self.config.metadata_store),
+                                request_timeout=max(0.5, self.lease_ttl_s / 4)) if self.enabled else None
         self.controller = Controller(self)
         self.ready = not self.enabled
         self.started_at = 0.0   # trio clock at connect()
