@@ -185,7 +185,7 @@ class Cluster:
             t = self.image.topics.get(name)
             if t is not None:
                 self._reconcile(t)
-            elif registry.get(name) is not None and name not in self.image._topics:
+            elif registry.get(name) is not None and not self.image.knows_topic(name):
                 self._delete_local(name)
         self._signal()
 

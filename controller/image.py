@@ -109,14 +109,19 @@ class ClusterImage:
         self.controller_epoch = -1
         self.brokers: dict[int, BrokerInfo] = {}
         self._topics: dict[str, TopicImage] = {}
+        self._complete: dict[str, TopicImage] = {}
         self._partitions: dict[str, dict[int, PartitionImage]] = {}
         self.unreadable: list[str] = []   # keys whose value could not be decoded
 
     @property
     def topics(self) -> dict[str, TopicImage]:
         """Topics whose every partition key has arrived (a creation is one transaction,
-        but a reader never sees half of one either way)."""
-        return {n: t for n, t in self._topics.items() if t.complete}
+        but a reader never sees half of one either way). Read-only for callers."""
+        return self._complete
+
+    def knows_topic(self, name: str) -> bool:
+        """Whether the topic key exists, complete or not."""
+        return name in self._topics
 
     def apply(self, key: str, value: bytes | None, mod_revision: int = 0, create_revision: int = 0) -> str | None:
         """One put (value) or delete (None). Returns the topic name it touched, "" for a
@@ -147,6 +152,7 @@ class ClusterImage:
             name = key[len(TOPICS):]
             if data is None:
                 self._topics.pop(name, None)
+                self._complete.pop(name, None)
                 self._partitions.pop(name, None)
                 return name
             old = self._topics.get(name)
@@ -175,6 +181,10 @@ class ClusterImage:
             return
         parts = self._partitions.get(name, {})
         t.partitions = [parts[i] for i in range(t.num_partitions) if i in parts]
+        if t.complete:
+            self._complete[name] = t
+        else:
+            self._complete.pop(name, None)
 
     def partition(self, name: str, index: int) -> PartitionImage | None:
         return self._partitions.get(name, {}).get(index)
