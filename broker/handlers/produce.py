@@ -10,6 +10,9 @@ the same as v9 (KIP-951 adds only tagged fields).
 The hot path treats batches as opaque: check the 61-byte header and CRC32C, then storage
 copies the bytes into the segment and patches baseOffset and partitionLeaderEpoch in
 place (both lie outside the CRC). No per-record Python work. acks=0 gets no response.
+Exception: a CreateTime batch whose header maxTimestamp is -1 or below firstTimestamp
+gets the true maximum computed from its records and a new CRC (Kafka's LogValidator does
+this for every batch), because the timestamp index is built from that field.
 """
 from __future__ import annotations
 
@@ -17,7 +20,9 @@ import logging
 
 from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
-from protocol.records import InvalidRecordBatch, set_log_append_time, validate_produce_records
+from protocol.records import (InvalidRecordBatch, max_timestamp_needs_recompute, record_max_timestamp,
+                              set_create_time_max_timestamp, set_log_append_time,
+                              validate_produce_records)
 from storage import StorageError
 
 from ..broker import now_ms
@@ -74,6 +79,18 @@ def produce_to_partition(broker, partition, records, version: int, acks: int = 1
         append_time = now_ms()
         records = bytearray(records)
         set_log_append_time(records, 0, append_time)
+    elif max_timestamp_needs_recompute(header):
+        # Kafka's LogValidator computes maxTimestamp from the records and rewrites the
+        # header (and CRC) when it differs; the timestamp index, ListOffsets and time
+        # retention all read the header. sarama sends -1 there. Well-formed headers
+        # never reach this branch, so they cost no per-record work.
+        try:
+            max_ts = record_max_timestamp(records)
+        except InvalidRecordBatch as e:
+            return _partition_response(index, e.error_code, message=str(e))
+        records = bytearray(records)
+        set_create_time_max_timestamp(records, 0, max_ts)
+        header = header._replace(max_timestamp=max_ts)
     try:
         result = lg.append(records, leader_epoch=partition.leader_epoch)
     except InvalidRecordBatch as e:   # storage enforces max.message.bytes (MESSAGE_TOO_LARGE)
