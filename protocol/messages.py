@@ -78,7 +78,10 @@ _NAMES = {
 # sarama (Debian's 1.22, Version >= 0.8.2) commits with OffsetCommit v1 and fetches with
 # OffsetFetch v1. Kafka 4's schemas still describe the fields of those versions
 # (GenerationId/MemberId 1+, CommitTimestamp 1 only), so the same codec reads them.
-_WIDENED = {ApiKey.PRODUCE: 0, ApiKey.OFFSET_COMMIT: 0, ApiKey.OFFSET_FETCH: 0}
+# CreateTopics v0-1 (Kafka 3.x serves them, 4.0 dropped them): segmentio/kafka-go 0.2
+# (Debian's) creates topics with v0; the fields are those of v2 minus validateOnly (1+).
+_WIDENED = {ApiKey.PRODUCE: 0, ApiKey.OFFSET_COMMIT: 0, ApiKey.OFFSET_FETCH: 0,
+            ApiKey.CREATE_TOPICS: 0}
 
 
 class Api:
