@@ -56,7 +56,8 @@ __all__ = [
     "BatchHeader", "InvalidRecordBatch", "Record",
     "compute_crc", "check_batch", "split_batches", "validate_batches", "validate_produce_records",
     "patch_base_offset", "patch_leader_epoch", "set_log_append_time",
-    "max_timestamp_needs_recompute", "record_max_timestamp", "set_create_time_max_timestamp",
+    "max_timestamp_needs_recompute", "record_max_timestamp", "record_timestamps",
+    "set_create_time_max_timestamp",
     "iter_records", "decompress", "compress", "build_batch",
 ]
 
@@ -374,15 +375,10 @@ def max_timestamp_needs_recompute(h: BatchHeader) -> bool:
             or h.attributes & TIMESTAMP_TYPE_MASK != 0)
 
 
-def record_max_timestamp(buf, pos: int = 0) -> int:
-    """The largest record timestamp (firstTimestamp + timestampDelta) of the
-    batch at ``pos``, decoding only each record's length and timestamp delta.
-
-    Timestamps are read as CreateTime whatever the attributes say: this is the
-    value the header should carry.  A batch whose records are all NO_TIMESTAMP
-    (firstTimestamp -1, deltas 0) gives -1.  Raises InvalidRecordBatch
-    (CORRUPT_MESSAGE) when the records section does not decode.
-    """
+def _timestamp_deltas(buf, pos: int) -> tuple[BatchHeader, list[int]]:
+    """The header and every record's timestampDelta of the batch at ``pos``, decoding
+    only each record's length and delta.  Raises InvalidRecordBatch (CORRUPT_MESSAGE)
+    when the records section does not decode."""
     mv = memoryview(buf)
     h = BatchHeader.parse(mv, pos)
     end = pos + h.total_size
@@ -393,23 +389,38 @@ def record_max_timestamp(buf, pos: int = 0) -> int:
         body = decompress(h.compression, body)
     n_body = len(body)
     p = 0
-    max_delta = None
+    deltas = []
     for _ in range(h.records_count):
         length, p = _read_varint(body, p)
         rec_end = p + length
         # 6 bytes: attributes, timestampDelta, offsetDelta, key, value, header count
         if length < 6 or rec_end > n_body:
             raise InvalidRecordBatch("record overruns the batch", CORRUPT_MESSAGE)
-        ts_delta, _ = _read_varint(body, p + 1)   # after the attributes byte
-        if max_delta is None or ts_delta > max_delta:
-            max_delta = ts_delta
+        deltas.append(_read_varint(body, p + 1)[0])   # after the attributes byte
         p = rec_end
-    if max_delta is None:
-        return NO_TIMESTAMP
-    if h.base_timestamp == NO_TIMESTAMP:
-        # Records without a timestamp (Kafka's RecordBatch.NO_TIMESTAMP) stay without.
-        return NO_TIMESTAMP if max_delta == 0 else h.base_timestamp + max_delta
-    return h.base_timestamp + max_delta
+    return h, deltas
+
+
+def record_timestamps(buf, pos: int = 0) -> list[int]:
+    """Every record's CreateTime timestamp (firstTimestamp + timestampDelta) in the
+    batch at ``pos``; -1 for records without one (firstTimestamp -1, delta 0)."""
+    h, deltas = _timestamp_deltas(buf, pos)
+    base = h.base_timestamp
+    if base == NO_TIMESTAMP:
+        return [NO_TIMESTAMP if d == 0 else base + d for d in deltas]
+    return [base + d for d in deltas]
+
+
+def record_max_timestamp(buf, pos: int = 0) -> int:
+    """The largest record timestamp of the batch at ``pos`` (see record_timestamps).
+
+    Timestamps are read as CreateTime whatever the attributes say: this is the
+    value the header should carry.  A batch whose records are all NO_TIMESTAMP
+    gives -1.  Raises InvalidRecordBatch (CORRUPT_MESSAGE) when the records section
+    does not decode.
+    """
+    stamps = record_timestamps(buf, pos)
+    return max(stamps) if stamps else NO_TIMESTAMP
 
 
 def set_create_time_max_timestamp(buf, pos: int, max_ts: int) -> bool:

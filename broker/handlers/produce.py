@@ -12,7 +12,9 @@ copies the bytes into the segment and patches baseOffset and partitionLeaderEpoc
 place (both lie outside the CRC). No per-record Python work. acks=0 gets no response.
 Exception: a CreateTime batch whose header maxTimestamp is -1 or below firstTimestamp
 gets the true maximum computed from its records and a new CRC (Kafka's LogValidator does
-this for every batch), because the timestamp index is built from that field.
+this for every batch), because the timestamp index is built from that field. A topic that
+sets message.timestamp.before.max.ms / after.max.ms (or the older difference.max.ms) has
+every record checked against them (INVALID_TIMESTAMP with record_errors, as Kafka).
 """
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ import logging
 
 from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
-from protocol.records import (InvalidRecordBatch, max_timestamp_needs_recompute, record_max_timestamp,
+from protocol.records import (NO_TIMESTAMP, InvalidRecordBatch, max_timestamp_needs_recompute,
+                              record_max_timestamp, record_timestamps,
                               set_create_time_max_timestamp, set_log_append_time,
                               validate_produce_records)
 from storage import StorageError
@@ -34,10 +37,41 @@ log = logging.getLogger("canopy.produce")
 
 
 def _partition_response(index: int, error: int, base_offset: int = -1, log_append_time: int = -1,
-                        log_start_offset: int = -1, message: str | None = None) -> dict:
+                        log_start_offset: int = -1, message: str | None = None,
+                        record_errors: list | None = None) -> dict:
     return {"index": index, "error_code": error, "base_offset": base_offset,
             "log_append_time_ms": log_append_time, "log_start_offset": log_start_offset,
-            "record_errors": [], "error_message": message}
+            "record_errors": record_errors or [], "error_message": message}
+
+
+#: Kafka's default for the timestamp bounds (Long.MAX_VALUE): no check.
+UNBOUNDED = (1 << 63) - 1
+
+
+def timestamp_bounds(topic) -> tuple[int, int]:
+    """(message.timestamp.before.max.ms, message.timestamp.after.max.ms) of a topic.
+
+    Kafka 3.6 split the deprecated message.timestamp.difference.max.ms into these two
+    (KIP-937); a bound left at its default falls back to the old setting, as Kafka's
+    LogConfig does. All three default to Long.MAX_VALUE (Kafka 3.x; 4.0 lowered
+    after.max.ms to one hour, canopy keeps 3.x's default so no client is refused by
+    surprise).
+    """
+    c = topic.configs
+    diff = int(c.get("message.timestamp.difference.max.ms", UNBOUNDED))
+    before = int(c.get("message.timestamp.before.max.ms", UNBOUNDED))
+    after = int(c.get("message.timestamp.after.max.ms", UNBOUNDED))
+    return (diff if before == UNBOUNDED else before, diff if after == UNBOUNDED else after)
+
+
+def _check_timestamp_bounds(stamps: list[int], before: int, after: int, now: int) -> list:
+    """Kafka's LogValidator.validateTimestamp for a CreateTime topic: every record with a
+    timestamp must lie in [now - before, now + after]; one bad record fails the batch."""
+    lo, hi = now - before, now + after
+    return [{"batch_index": i, "batch_index_error_message":
+             f"timestamp {ts} of the record at batch index {i} is out of range; "
+             f"it should be within [{lo}, {hi}]"}
+            for i, ts in enumerate(stamps) if ts != NO_TIMESTAMP and not lo <= ts <= hi]
 
 
 def produce_to_partition(broker, partition, records, version: int, acks: int = 1) -> dict:
@@ -79,18 +113,30 @@ def produce_to_partition(broker, partition, records, version: int, acks: int = 1
         append_time = now_ms()
         records = bytearray(records)
         set_log_append_time(records, 0, append_time)
-    elif max_timestamp_needs_recompute(header):
-        # Kafka's LogValidator computes maxTimestamp from the records and rewrites the
-        # header (and CRC) when it differs; the timestamp index, ListOffsets and time
-        # retention all read the header. sarama sends -1 there. Well-formed headers
-        # never reach this branch, so they cost no per-record work.
+    else:
+        before, after = timestamp_bounds(partition.topic)
+        stamps = None
         try:
-            max_ts = record_max_timestamp(records)
+            if before != UNBOUNDED or after != UNBOUNDED:
+                # Only a topic that sets a bound pays for decoding every batch (Kafka
+                # always decodes; its defaults make the check a no-op).
+                stamps = record_timestamps(records)
+                errors = _check_timestamp_bounds(stamps, before, after, now_ms())
+                if errors:
+                    return _partition_response(index, ErrorCode.INVALID_TIMESTAMP,
+                                               message=errors[0]["batch_index_error_message"],
+                                               record_errors=errors)
+            if max_timestamp_needs_recompute(header):
+                # Kafka's LogValidator computes maxTimestamp from the records and rewrites
+                # the header (and CRC) when it differs; the timestamp index, ListOffsets and
+                # time retention all read the header. sarama sends -1 there. Well-formed
+                # headers never reach this branch, so they cost no per-record work.
+                max_ts = max(stamps) if stamps else record_max_timestamp(records)
+                records = bytearray(records)
+                set_create_time_max_timestamp(records, 0, max_ts)
+                header = header._replace(max_timestamp=max_ts)
         except InvalidRecordBatch as e:
             return _partition_response(index, e.error_code, message=str(e))
-        records = bytearray(records)
-        set_create_time_max_timestamp(records, 0, max_ts)
-        header = header._replace(max_timestamp=max_ts)
     try:
         result = lg.append(records, leader_epoch=partition.leader_epoch)
     except InvalidRecordBatch as e:   # storage enforces max.message.bytes (MESSAGE_TOO_LARGE)

@@ -141,3 +141,41 @@ def test_offset_commit_v0_v1_and_offset_fetch_v0_round_trip(broker):
     ranges = {a["api_key"]: (a["min_version"], a["max_version"]) for a in av["api_keys"]}
     assert ranges[ApiKey.OFFSET_COMMIT][0] == 0 and ranges[ApiKey.OFFSET_FETCH][0] == 0
     client.close()
+
+
+def test_timestamp_bounds_reject_records_out_of_range(broker):
+    # Kafka's message.timestamp.before/after.max.ms (3.6+, KIP-937) and the older
+    # difference.max.ms: every record is checked, one bad record fails the whole batch.
+    client = RawClient(broker.bootstrap)
+    create_topic(client, "bounded", {"message.timestamp.before.max.ms": "3600000",
+                                     "message.timestamp.after.max.ms": "60000"})
+    create_topic(client, "bounded-old", {"message.timestamp.difference.max.ms": "60000"})
+    create_topic(client, "unbounded")
+    now = int(time.time() * 1000)
+    ok = [now - 1_800_000, now, now + 30_000]
+    too_old = [now, now - 7_200_000, now]               # record 1 older than one hour
+    too_new = [now, now, now + 600_000]                 # record 2 ten minutes ahead
+    r = produce(client, "bounded", _bad_header(ok, max_ts=max(ok)), version=9)
+    assert r["error_code"] == 0, r
+    for stamps, bad_index in ((too_old, 1), (too_new, 2)):
+        # The header max is right for too_old and -1 for too_new: both are read per record.
+        r = produce(client, "bounded", _bad_header(stamps, max_ts=-1 if bad_index == 2 else max(stamps)),
+                    version=9)
+        assert r["error_code"] == 32, r                  # INVALID_TIMESTAMP
+        assert [e["batch_index"] for e in r["record_errors"]] == [bad_index], r
+        assert "out of range" in r["error_message"]
+    # difference.max.ms bounds both sides when the new settings are not set
+    assert produce(client, "bounded-old", _bad_header(too_old), version=9)["error_code"] == 32
+    assert produce(client, "bounded-old", _bad_header(too_new), version=9)["error_code"] == 32
+    assert produce(client, "bounded-old", _bad_header([now - 30_000, now]), version=9)["error_code"] == 0
+    # defaults (Kafka 3.x): no bound at all
+    assert produce(client, "unbounded", _bad_header([1, 2]), version=9)["error_code"] == 0
+    assert produce(client, "unbounded", _bad_header([now + 10**10]), version=9)["error_code"] == 0
+    # rejected batches took no offsets
+    assert _list_offset(client, "bounded", -1)[0] == len(ok)
+    # a bad value is refused at creation, as Kafka does
+    r = client.request(ApiKey.CREATE_TOPICS, 5, {"topics": [{
+        "name": "bad-bound", "num_partitions": 1, "replication_factor": 1,
+        "configs": [{"name": "message.timestamp.after.max.ms", "value": "-5"}]}], "timeout_ms": 5000})
+    assert r["topics"][0]["error_code"] == 40, r        # INVALID_CONFIG
+    client.close()
