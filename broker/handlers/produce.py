@@ -46,6 +46,7 @@ def _partition_response(index: int, error: int, base_offset: int = -1, log_appen
 
 #: Kafka's default for the timestamp bounds (Long.MAX_VALUE): no check.
 UNBOUNDED = (1 << 63) - 1
+_NO_BOUNDS = (UNBOUNDED, UNBOUNDED)
 
 
 def timestamp_bounds(topic) -> tuple[int, int]:
@@ -58,9 +59,14 @@ def timestamp_bounds(topic) -> tuple[int, int]:
     surprise).
     """
     c = topic.configs
-    diff = int(c.get("message.timestamp.difference.max.ms", UNBOUNDED))
-    before = int(c.get("message.timestamp.before.max.ms", UNBOUNDED))
-    after = int(c.get("message.timestamp.after.max.ms", UNBOUNDED))
+    diff = c.get("message.timestamp.difference.max.ms")
+    before = c.get("message.timestamp.before.max.ms")
+    after = c.get("message.timestamp.after.max.ms")
+    if diff is None and before is None and after is None:
+        return _NO_BOUNDS          # every produce asks: keep the common case to three lookups
+    diff = UNBOUNDED if diff is None else int(diff)
+    before = UNBOUNDED if before is None else int(before)
+    after = UNBOUNDED if after is None else int(after)
     return (diff if before == UNBOUNDED else before, diff if after == UNBOUNDED else after)
 
 
