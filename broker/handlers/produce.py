@@ -22,8 +22,8 @@ import logging
 
 from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
-from protocol.records import (NO_TIMESTAMP, InvalidRecordBatch, max_timestamp_needs_recompute,
-                              record_max_timestamp, record_timestamps,
+from protocol.records import (NO_TIMESTAMP, TIMESTAMP_TYPE_MASK, InvalidRecordBatch,
+                              max_timestamp_needs_recompute, record_timestamps,
                               set_create_time_max_timestamp, set_log_append_time,
                               validate_produce_records)
 from storage import StorageError
@@ -49,8 +49,9 @@ UNBOUNDED = (1 << 63) - 1
 _NO_BOUNDS = (UNBOUNDED, UNBOUNDED)
 
 
-def timestamp_bounds(topic) -> tuple[int, int]:
-    """(message.timestamp.before.max.ms, message.timestamp.after.max.ms) of a topic.
+def timestamp_bounds(configs: dict) -> tuple[int, int]:
+    """(message.timestamp.before.max.ms, message.timestamp.after.max.ms) of a topic's
+    configs; ``_NO_BOUNDS`` itself when none is set.
 
     Kafka 3.6 split the deprecated message.timestamp.difference.max.ms into these two
     (KIP-937); a bound left at its default falls back to the old setting, as Kafka's
@@ -58,16 +59,38 @@ def timestamp_bounds(topic) -> tuple[int, int]:
     after.max.ms to one hour, canopy keeps 3.x's default so no client is refused by
     surprise).
     """
-    c = topic.configs
-    diff = c.get("message.timestamp.difference.max.ms")
-    before = c.get("message.timestamp.before.max.ms")
-    after = c.get("message.timestamp.after.max.ms")
+    diff = configs.get("message.timestamp.difference.max.ms")
+    before = configs.get("message.timestamp.before.max.ms")
+    after = configs.get("message.timestamp.after.max.ms")
     if diff is None and before is None and after is None:
-        return _NO_BOUNDS          # every produce asks: keep the common case to three lookups
+        return _NO_BOUNDS
     diff = UNBOUNDED if diff is None else int(diff)
     before = UNBOUNDED if before is None else int(before)
     after = UNBOUNDED if after is None else int(after)
     return (diff if before == UNBOUNDED else before, diff if after == UNBOUNDED else after)
+
+
+def _validate_create_time(records, header, bounds: tuple[int, int]):
+    """The per-record part of Kafka's LogValidator for a CreateTime topic, run only when
+    a bound is configured or the header is visibly wrong. Returns (records, header),
+    the batch rewritten if its maxTimestamp had to be fixed; raises InvalidRecordBatch
+    (INVALID_TIMESTAMP with ``record_errors``, or CORRUPT_MESSAGE)."""
+    stamps = record_timestamps(records)
+    if bounds is not _NO_BOUNDS:
+        errors = _check_timestamp_bounds(stamps, *bounds, now_ms())
+        if errors:
+            e = InvalidRecordBatch(errors[0]["batch_index_error_message"], ErrorCode.INVALID_TIMESTAMP)
+            e.record_errors = errors
+            raise e
+    if max_timestamp_needs_recompute(header):
+        # Kafka computes maxTimestamp from the records and rewrites the header (and CRC)
+        # when it differs; the timestamp index, ListOffsets and time retention all read
+        # the header. sarama sends -1 there.
+        max_ts = max(stamps)
+        records = bytearray(records)
+        set_create_time_max_timestamp(records, 0, max_ts)
+        header = header._replace(max_timestamp=max_ts)
+    return records, header
 
 
 def _check_timestamp_bounds(stamps: list[int], before: int, after: int, now: int) -> list:
@@ -120,29 +143,19 @@ def produce_to_partition(broker, partition, records, version: int, acks: int = 1
         records = bytearray(records)
         set_log_append_time(records, 0, append_time)
     else:
-        before, after = timestamp_bounds(partition.topic)
-        stamps = None
-        try:
-            if before != UNBOUNDED or after != UNBOUNDED:
-                # Only a topic that sets a bound pays for decoding every batch (Kafka
-                # always decodes; its defaults make the check a no-op).
-                stamps = record_timestamps(records)
-                errors = _check_timestamp_bounds(stamps, before, after, now_ms())
-                if errors:
-                    return _partition_response(index, ErrorCode.INVALID_TIMESTAMP,
-                                               message=errors[0]["batch_index_error_message"],
-                                               record_errors=errors)
-            if max_timestamp_needs_recompute(header):
-                # Kafka's LogValidator computes maxTimestamp from the records and rewrites
-                # the header (and CRC) when it differs; the timestamp index, ListOffsets and
-                # time retention all read the header. sarama sends -1 there. Well-formed
-                # headers never reach this branch, so they cost no per-record work.
-                max_ts = max(stamps) if stamps else record_max_timestamp(records)
-                records = bytearray(records)
-                set_create_time_max_timestamp(records, 0, max_ts)
-                header = header._replace(max_timestamp=max_ts)
-        except InvalidRecordBatch as e:
-            return _partition_response(index, e.error_code, message=str(e))
+        # Every batch of a CreateTime topic passes here, so the common case is a few
+        # attribute reads: no configured bound and a header that can be right (the test
+        # of protocol.records.max_timestamp_needs_recompute, inlined).
+        configs = partition.topic.configs
+        bounds = timestamp_bounds(configs) if configs else _NO_BOUNDS
+        max_ts = header.max_timestamp
+        if bounds is not _NO_BOUNDS or max_ts < header.base_timestamp or max_ts == NO_TIMESTAMP \
+                or header.attributes & TIMESTAMP_TYPE_MASK:
+            try:
+                records, header = _validate_create_time(records, header, bounds)
+            except InvalidRecordBatch as e:
+                return _partition_response(index, e.error_code, message=str(e),
+                                           record_errors=getattr(e, "record_errors", None))
     try:
         result = lg.append(records, leader_epoch=partition.leader_epoch)
     except InvalidRecordBatch as e:   # storage enforces max.message.bytes (MESSAGE_TOO_LARGE)
