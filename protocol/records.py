@@ -366,7 +366,7 @@ def max_timestamp_needs_recompute(h: BatchHeader) -> bool:
     Kafka's LogValidator decodes every record and rewrites maxTimestamp (and the
     CRC) whenever the header disagrees with the records.  canopy keeps the
     per-record work off the hot path and only decodes when the header is visibly
-    wrong: maxTimestamp -1 (sarama <= 1.2x never fills it in), maxTimestamp below
+    wrong: maxTimestamp -1 (sarama 1.22 never fills it in), maxTimestamp below
     firstTimestamp (impossible: the first record is one of the records), or the
     LogAppendTime bit set by a client on a CreateTime topic (Kafka resets it).
     A header that is wrong but plausible (max >= first) is taken as written.
