@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 CACHE  := .cache
 
-.PHONY: run test reliability soak venv test-venv test-deps kcat etcd docker-compose jars kp2 bench clean pipeline
+.PHONY: run test reliability soak venv test-venv test-deps kcat etcd docker-compose jars kp2 go-clients kafkajs bench clean pipeline
 
 # `make run` needs canopy alone; the test extras (clients, pyspark, ...) come with `make test`.
 $(VENV)/.installed: pyproject.toml
@@ -58,7 +58,32 @@ $(VENV)-kp2/.installed:
 	$(VENV)-kp2/bin/pip install -q 'kafka-python==2.0.2'
 	touch $@
 
-test-deps: test-venv kcat etcd docker-compose jars kp2
+# Go clients for tests/e2e/test_go_clients.py: Debian's Go 1.19 with sarama 1.22 and
+# kafka-go 0.2.1 as GOPATH sources in /usr/share/gocode (the tests compile tests/go/*
+# into build/go with GO111MODULE=off). Installed through apt-get when missing and root.
+GO_DEBS := golang-go golang-github-shopify-sarama-dev golang-github-segmentio-kafka-go-dev
+go-clients:
+	@dpkg -s $(GO_DEBS) >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(GO_DEBS) >/dev/null); \
+	  else echo "Go clients missing and not root: install Debian's $(GO_DEBS)"; fi; }
+	GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE=$(CURDIR)/build/go/cache \
+	  go build -o build/go/bin/sarama-check ./tests/go/sarama-check
+	GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE=$(CURDIR)/build/go/cache \
+	  go build -o build/go/bin/kafkago-check ./tests/go/kafkago-check
+
+# kafkajs 2.2.4 for tests/e2e/test_kafkajs.py, pinned by tests/node/package-lock.json;
+# node_modules is git-ignored. Node.js comes from Debian (nodejs, npm) when missing.
+kafkajs: tests/node/node_modules/.installed
+tests/node/node_modules/.installed: tests/node/package.json tests/node/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null); \
+	  else echo "npm missing and not root: install Debian's nodejs and npm"; fi; }
+	cd tests/node && npm ci --no-audit --no-fund --silent
+	touch $@
+
+test-deps: test-venv kcat etcd docker-compose jars kp2 go-clients kafkajs
 
 test: test-deps
 	$(PY) -m pytest -q -p no:cacheprovider tests
@@ -88,4 +113,4 @@ bench: $(VENV)/.bench
 	$(PY) bench/run.py
 
 clean:
-	rm -rf $(VENV) $(VENV)-kp2 $(CACHE)
+	rm -rf $(VENV) $(VENV)-kp2 $(CACHE) build/go tests/node/node_modules

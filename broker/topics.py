@@ -45,6 +45,11 @@ TOPIC_CONFIG_KEYS = {
     "segment.ms": "log_segment_ms",
     "max.message.bytes": "message_max_bytes",
     "message.timestamp.type": None,
+    # Kafka 3.6+ bounds on CreateTime timestamps, checked by Produce (KIP-937), and the
+    # older single bound they replace.
+    "message.timestamp.before.max.ms": None,
+    "message.timestamp.after.max.ms": None,
+    "message.timestamp.difference.max.ms": None,
     "cleanup.policy": None,
     "min.insync.replicas": None,
     "compression.type": None,
@@ -319,6 +324,9 @@ class TopicRegistry:
         defaults = {
             **self._log_defaults(),
             "message.timestamp.type": "CreateTime",
+            "message.timestamp.before.max.ms": str((1 << 63) - 1),
+            "message.timestamp.after.max.ms": str((1 << 63) - 1),
+            "message.timestamp.difference.max.ms": str((1 << 63) - 1),
             "cleanup.policy": "delete",
             "min.insync.replicas": "1",
             "compression.type": "producer",
@@ -353,6 +361,8 @@ class TopicRegistry:
                 if key in ("segment.bytes", "max.message.bytes", "segment.ms", "min.insync.replicas",
                            "replication.fanout") and n <= 0:
                     raise TopicError(ErrorCode.INVALID_CONFIG, f"config {key!r} must be positive")
+                if key.startswith("message.timestamp.") and n < 0:
+                    raise TopicError(ErrorCode.INVALID_CONFIG, f"config {key!r} must be >= 0")
                 if key in ("retention.ms", "retention.bytes") and n < -1:
                     raise TopicError(ErrorCode.INVALID_CONFIG, f"config {key!r} must be >= -1")
 

@@ -72,7 +72,14 @@ _NAMES = {
 # Produce: librdkafka <= 2.3 (Debian's kcat links 2.0.2) only compresses when the broker's
 # Produce range starts at 0; those versions differ from v3 only by fields absent below v3
 # (TransactionalId 3+, ThrottleTimeMs 1+, LogAppendTimeMs 2+), so the v3 schema covers them.
-_WIDENED = {ApiKey.PRODUCE: 0}
+# OffsetCommit v0-1 / OffsetFetch v0: Kafka 3.x serves them, 4.0 dropped them (KIP-896);
+# sarama (Debian's 1.22, Version >= 0.8.2) commits with OffsetCommit v1 and fetches with
+# OffsetFetch v1. Kafka 4's schemas still describe the fields of those versions
+# (GenerationId/MemberId 1+, CommitTimestamp 1 only), so the same codec reads them.
+# CreateTopics v0-1 (Kafka 3.x serves them, 4.0 dropped them): segmentio/kafka-go 0.2
+# (Debian's) creates topics with v0; the fields are those of v2 minus validateOnly (1+).
+_WIDENED = {ApiKey.PRODUCE: 0, ApiKey.OFFSET_COMMIT: 0, ApiKey.OFFSET_FETCH: 0,
+            ApiKey.CREATE_TOPICS: 0}
 
 
 class Api:

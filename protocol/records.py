@@ -6,7 +6,10 @@ Produce validates the header and CRC32C (``validate_batches``), the log patches
 ``baseOffset``/``partitionLeaderEpoch`` in place (the CRC covers bytes 21..end,
 so neither patch needs a re-CRC) and Fetch ships the bytes with sendfile.
 Records are only decoded (``iter_records``) where semantics need them: exact
-timestamp lookup inside a batch and the broker's internal logs.
+timestamp lookup inside a batch, the broker's internal logs, and a produced batch
+whose header maxTimestamp is visibly wrong (``max_timestamp_needs_recompute``:
+-1 or below firstTimestamp), which gets the true maximum and a new CRC as Kafka's
+LogValidator would give it.
 
 Header layout (big endian), offsets from the start of the batch::
 
@@ -53,6 +56,8 @@ __all__ = [
     "BatchHeader", "InvalidRecordBatch", "Record",
     "compute_crc", "check_batch", "split_batches", "validate_batches", "validate_produce_records",
     "patch_base_offset", "patch_leader_epoch", "set_log_append_time",
+    "max_timestamp_needs_recompute", "record_max_timestamp", "record_timestamps",
+    "set_create_time_max_timestamp",
     "iter_records", "decompress", "compress", "build_batch",
 ]
 
@@ -353,6 +358,85 @@ def set_log_append_time(buf, pos: int, ts_ms: int) -> None:
     _INT16.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
     _INT64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, ts_ms)
     _UINT32.pack_into(buf, pos + CRC_OFFSET, compute_crc(buf, pos))
+
+
+def max_timestamp_needs_recompute(h: BatchHeader) -> bool:
+    """The cheap test deciding whether a CreateTime batch's header can be trusted.
+
+    Kafka's LogValidator decodes every record and rewrites maxTimestamp (and the
+    CRC) whenever the header disagrees with the records.  canopy keeps the
+    per-record work off the hot path and only decodes when the header is visibly
+    wrong: maxTimestamp -1 (sarama 1.22 never fills it in), maxTimestamp below
+    firstTimestamp (impossible: the first record is one of the records), or the
+    LogAppendTime bit set by a client on a CreateTime topic (Kafka resets it).
+    A header that is wrong but plausible (max >= first) is taken as written.
+    """
+    return (h.max_timestamp < h.base_timestamp or h.max_timestamp == NO_TIMESTAMP
+            or h.attributes & TIMESTAMP_TYPE_MASK != 0)
+
+
+def _timestamp_deltas(buf, pos: int) -> tuple[BatchHeader, list[int]]:
+    """The header and every record's timestampDelta of the batch at ``pos``, decoding
+    only each record's length and delta.  Raises InvalidRecordBatch (CORRUPT_MESSAGE)
+    when the records section does not decode."""
+    mv = memoryview(buf)
+    h = BatchHeader.parse(mv, pos)
+    end = pos + h.total_size
+    if end > len(mv):
+        raise InvalidRecordBatch("record batch truncated", CORRUPT_MESSAGE)
+    body = mv[pos + BATCH_HEADER_SIZE:end]
+    if h.compression != CODEC_NONE:
+        body = decompress(h.compression, body)
+    n_body = len(body)
+    p = 0
+    deltas = []
+    for _ in range(h.records_count):
+        length, p = _read_varint(body, p)
+        rec_end = p + length
+        # 6 bytes: attributes, timestampDelta, offsetDelta, key, value, header count
+        if length < 6 or rec_end > n_body:
+            raise InvalidRecordBatch("record overruns the batch", CORRUPT_MESSAGE)
+        deltas.append(_read_varint(body, p + 1)[0])   # after the attributes byte
+        p = rec_end
+    return h, deltas
+
+
+def record_timestamps(buf, pos: int = 0) -> list[int]:
+    """Every record's CreateTime timestamp (firstTimestamp + timestampDelta) in the
+    batch at ``pos``; -1 for records without one (firstTimestamp -1, delta 0)."""
+    h, deltas = _timestamp_deltas(buf, pos)
+    base = h.base_timestamp
+    if base == NO_TIMESTAMP:
+        return [NO_TIMESTAMP if d == 0 else base + d for d in deltas]
+    return [base + d for d in deltas]
+
+
+def record_max_timestamp(buf, pos: int = 0) -> int:
+    """The largest record timestamp of the batch at ``pos`` (see record_timestamps).
+
+    Timestamps are read as CreateTime whatever the attributes say: this is the
+    value the header should carry.  A batch whose records are all NO_TIMESTAMP
+    gives -1.  Raises InvalidRecordBatch (CORRUPT_MESSAGE) when the records section
+    does not decode.
+    """
+    stamps = record_timestamps(buf, pos)
+    return max(stamps) if stamps else NO_TIMESTAMP
+
+
+def set_create_time_max_timestamp(buf, pos: int, max_ts: int) -> bool:
+    """Write ``max_ts`` as the batch's maxTimestamp with the CreateTime type, as
+    Kafka's DefaultRecordBatch.setMaxTimestamp does after LogValidator computed
+    it from the records: attributes and maxTimestamp rewritten, CRC recomputed
+    (both fields are inside the CRC'd range).  Returns False, touching nothing,
+    when the header already says exactly that."""
+    attributes = _INT16.unpack_from(buf, pos + ATTRIBUTES_OFFSET)[0]
+    if not attributes & TIMESTAMP_TYPE_MASK and \
+            _INT64.unpack_from(buf, pos + MAX_TIMESTAMP_OFFSET)[0] == max_ts:
+        return False
+    _INT16.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes & ~TIMESTAMP_TYPE_MASK)
+    _INT64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, max_ts)
+    _UINT32.pack_into(buf, pos + CRC_OFFSET, compute_crc(buf, pos))
+    return True
 
 
 # ---------------------------------------------------------------------------

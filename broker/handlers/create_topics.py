@@ -1,6 +1,7 @@
-"""CreateTopics (key 19), versions 2-7.
+"""CreateTopics (key 19), versions 0-7.
 
-v1+ validate_only and error_message; v5 flexible and the response echoes partitions,
+v0 has no validate_only (segmentio/kafka-go 0.2 sends v0; Kafka 3.x serves it, 4.0 removed
+v0-1 in KIP-896); v1+ validate_only and error_message; v5 flexible and the response echoes partitions,
 replication factor and configs; v7 topic_id. num_partitions / replication_factor of -1
 mean the broker default. A replication factor above the number of brokers is
 INVALID_REPLICATION_FACTOR, as in Kafka. Kafka sends this to the controller; on a single
@@ -13,7 +14,7 @@ from protocol.schema import ZERO_UUID
 from ..topics import TopicError
 
 API_KEY = ApiKey.CREATE_TOPICS
-MIN_VERSION, MAX_VERSION = 2, 7
+MIN_VERSION, MAX_VERSION = 0, 7
 
 CONFIG_SOURCE_TOPIC, CONFIG_SOURCE_DEFAULT = 1, 5
 

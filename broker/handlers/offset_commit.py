@@ -1,6 +1,10 @@
-"""OffsetCommit (key 8), versions 2-9.
+"""OffsetCommit (key 8), versions 0-9.
 
-v2-4 carry retention_time_ms (ignored, as Kafka 2.1+ does: offsets.retention.minutes
+v0 carries neither generation nor member id (Kafka <= 2.x stored it in ZooKeeper; canopy
+keeps it with the coordinator's offsets, as a standalone commit with generation -1); v1
+adds generation, member id and a per-partition commit_timestamp (ignored: it only set
+Kafka's per-offset expiry). Kafka 3.x serves v0-1 and sarama's offset manager uses v1;
+Kafka 4.0 removed them (KIP-896). v2-4 carry retention_time_ms (ignored, as Kafka 2.1+ does: offsets.retention.minutes
 rules); v3 throttle time; v5 drops retention; v6 committed_leader_epoch; v7
 group_instance_id; v8 flexible; v9 is the first version allowed for KIP-848 groups but is
 wire-identical to v8 and, for a classic group, still carries a generation id.
@@ -14,7 +18,7 @@ in ``__consumer_offsets``.
 from protocol.messages import ApiKey
 
 API_KEY = ApiKey.OFFSET_COMMIT
-MIN_VERSION, MAX_VERSION = 2, 9
+MIN_VERSION, MAX_VERSION = 0, 9
 
 
 async def handle(ctx, request: dict, version: int) -> dict:
@@ -26,7 +30,8 @@ async def handle(ctx, request: dict, version: int) -> dict:
     errors = await ctx.broker.groups.commit(
         request["group_id"], member_id=request.get("member_id") or "",
         group_instance_id=request.get("group_instance_id") if version >= 7 else None,
-        generation_id=request.get("generation_id_or_member_epoch", -1), offsets=offsets)
+        generation_id=request.get("generation_id_or_member_epoch", -1) if version >= 1 else -1,
+        offsets=offsets)
     return {"throttle_time_ms": 0, "topics": [
         {"name": t["name"], "partitions": [
             {"partition_index": p["partition_index"],

@@ -1,6 +1,8 @@
-"""OffsetFetch (key 9), versions 1-8.
+"""OffsetFetch (key 9), versions 0-8.
 
-v1 reads offsets stored by the coordinator (v0, ZooKeeper storage, is not served); v2
+v0 and v1 are the same on the wire; Kafka <= 2.x read v0 from ZooKeeper, canopy answers
+both from the coordinator (where OffsetCommit v0 writes too). Kafka 4.0 removed v0
+(KIP-896); clients configured for old brokers still send it. v2
 adds a top-level error and null topics = every partition the group committed; v3 throttle
 time; v5 committed_leader_epoch; v6 flexible; v7 require_stable (KIP-447: canopy has no
 pending transactional offsets, so every offset is stable); v8 batches several groups.
@@ -12,7 +14,7 @@ A partition without a committed offset answers offset -1, leader epoch -1 and me
 from protocol.messages import ApiKey
 
 API_KEY = ApiKey.OFFSET_FETCH
-MIN_VERSION, MAX_VERSION = 1, 8
+MIN_VERSION, MAX_VERSION = 0, 8
 
 
 def _partitions(entries) -> list:

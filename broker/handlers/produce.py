@@ -10,6 +10,11 @@ the same as v9 (KIP-951 adds only tagged fields).
 The hot path treats batches as opaque: check the 61-byte header and CRC32C, then storage
 copies the bytes into the segment and patches baseOffset and partitionLeaderEpoch in
 place (both lie outside the CRC). No per-record Python work. acks=0 gets no response.
+Exception: a CreateTime batch whose header maxTimestamp is -1 or below firstTimestamp
+gets the true maximum computed from its records and a new CRC (Kafka's LogValidator does
+this for every batch), because the timestamp index is built from that field. A topic that
+sets message.timestamp.before.max.ms / after.max.ms (or the older difference.max.ms) has
+every record checked against them (INVALID_TIMESTAMP with record_errors, as Kafka).
 """
 from __future__ import annotations
 
@@ -17,7 +22,10 @@ import logging
 
 from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
-from protocol.records import InvalidRecordBatch, set_log_append_time, validate_produce_records
+from protocol.records import (NO_TIMESTAMP, TIMESTAMP_TYPE_MASK, InvalidRecordBatch,
+                              max_timestamp_needs_recompute, record_timestamps,
+                              set_create_time_max_timestamp, set_log_append_time,
+                              validate_produce_records)
 from storage import StorageError
 
 from ..broker import now_ms
@@ -29,10 +37,70 @@ log = logging.getLogger("canopy.produce")
 
 
 def _partition_response(index: int, error: int, base_offset: int = -1, log_append_time: int = -1,
-                        log_start_offset: int = -1, message: str | None = None) -> dict:
+                        log_start_offset: int = -1, message: str | None = None,
+                        record_errors: list | None = None) -> dict:
     return {"index": index, "error_code": error, "base_offset": base_offset,
             "log_append_time_ms": log_append_time, "log_start_offset": log_start_offset,
-            "record_errors": [], "error_message": message}
+            "record_errors": record_errors or [], "error_message": message}
+
+
+#: Kafka's default for the timestamp bounds (Long.MAX_VALUE): no check.
+UNBOUNDED = (1 << 63) - 1
+_NO_BOUNDS = (UNBOUNDED, UNBOUNDED)
+
+
+def timestamp_bounds(configs: dict) -> tuple[int, int]:
+    """(message.timestamp.before.max.ms, message.timestamp.after.max.ms) of a topic's
+    configs; ``_NO_BOUNDS`` itself when none is set.
+
+    Kafka 3.6 split the deprecated message.timestamp.difference.max.ms into these two
+    (KIP-937); a bound left at its default falls back to the old setting, as Kafka's
+    LogConfig does. All three default to Long.MAX_VALUE (Kafka 3.x; 4.0 lowered
+    after.max.ms to one hour, canopy keeps 3.x's default so no client is refused by
+    surprise).
+    """
+    diff = configs.get("message.timestamp.difference.max.ms")
+    before = configs.get("message.timestamp.before.max.ms")
+    after = configs.get("message.timestamp.after.max.ms")
+    if diff is None and before is None and after is None:
+        return _NO_BOUNDS
+    diff = UNBOUNDED if diff is None else int(diff)
+    before = UNBOUNDED if before is None else int(before)
+    after = UNBOUNDED if after is None else int(after)
+    return (diff if before == UNBOUNDED else before, diff if after == UNBOUNDED else after)
+
+
+def _validate_create_time(records, header, bounds: tuple[int, int]):
+    """The per-record part of Kafka's LogValidator for a CreateTime topic, run only when
+    a bound is configured or the header is visibly wrong. Returns (records, header),
+    the batch rewritten if its maxTimestamp had to be fixed; raises InvalidRecordBatch
+    (INVALID_TIMESTAMP with ``record_errors``, or CORRUPT_MESSAGE)."""
+    stamps = record_timestamps(records)
+    if bounds is not _NO_BOUNDS:
+        errors = _check_timestamp_bounds(stamps, *bounds, now_ms())
+        if errors:
+            e = InvalidRecordBatch(errors[0]["batch_index_error_message"], ErrorCode.INVALID_TIMESTAMP)
+            e.record_errors = errors
+            raise e
+    if max_timestamp_needs_recompute(header):
+        # Kafka computes maxTimestamp from the records and rewrites the header (and CRC)
+        # when it differs; the timestamp index, ListOffsets and time retention all read
+        # the header. sarama sends -1 there.
+        max_ts = max(stamps)
+        records = bytearray(records)
+        set_create_time_max_timestamp(records, 0, max_ts)
+        header = header._replace(max_timestamp=max_ts)
+    return records, header
+
+
+def _check_timestamp_bounds(stamps: list[int], before: int, after: int, now: int) -> list:
+    """Kafka's LogValidator.validateTimestamp for a CreateTime topic: every record with a
+    timestamp must lie in [now - before, now + after]; one bad record fails the batch."""
+    lo, hi = now - before, now + after
+    return [{"batch_index": i, "batch_index_error_message":
+             f"timestamp {ts} of the record at batch index {i} is out of range; "
+             f"it should be within [{lo}, {hi}]"}
+            for i, ts in enumerate(stamps) if ts != NO_TIMESTAMP and not lo <= ts <= hi]
 
 
 def produce_to_partition(broker, partition, records, version: int, acks: int = 1) -> dict:
@@ -75,6 +143,20 @@ def produce_to_partition(broker, partition, records, version: int, acks: int = 1
         append_time = now_ms()
         records = bytearray(records)
         set_log_append_time(records, 0, append_time)
+    else:
+        # Every batch of a CreateTime topic passes here, so the common case is a few
+        # attribute reads: no configured bound and a header that can be right (the test
+        # of protocol.records.max_timestamp_needs_recompute, inlined).
+        configs = partition.topic.configs
+        bounds = timestamp_bounds(configs) if configs else _NO_BOUNDS
+        max_ts = header.max_timestamp
+        if bounds is not _NO_BOUNDS or max_ts < header.base_timestamp or max_ts == NO_TIMESTAMP \
+                or header.attributes & TIMESTAMP_TYPE_MASK:
+            try:
+                records, header = _validate_create_time(records, header, bounds)
+            except InvalidRecordBatch as e:
+                return _partition_response(index, e.error_code, message=str(e),
+                                           record_errors=getattr(e, "record_errors", None))
     try:
         result = lg.append(records, leader_epoch=partition.leader_epoch)
     except InvalidRecordBatch as e:   # storage enforces max.message.bytes (MESSAGE_TOO_LARGE)
