@@ -40,17 +40,18 @@ def _group(coord, group_id: str, topics) -> list:
 async def handle(ctx, request: dict, version: int) -> dict:
     coord = ctx.broker.groups
     if version >= 8:
-        return {"throttle_time_ms": 0, "groups": [
-            {"group_id": g["group_id"], "error_code": coord.coordinator_error(g["group_id"]),
-             "topics": _group(coord, g["group_id"], g.get("topics"))
-             if not coord.coordinator_error(g["group_id"]) else []}
-            for g in request.get("groups") or []]}
+        groups = []
+        for g in request.get("groups") or []:
+            err = coord.coordinator_error(g["group_id"])
+            groups.append({"group_id": g["group_id"], "error_code": err,
+                           "topics": [] if err else _group(coord, g["group_id"], g.get("topics"))})
+        return {"throttle_time_ms": 0, "groups": groups}
     topics = request.get("topics")
     if version < 2 and topics is None:
         topics = []
     err = coord.coordinator_error(request["group_id"])
     if err:
-        # v0/v1 have no top-level error: the error goes on each partition.
+        # (NOT_COORDINATOR etc.) Before v2 there is no top-level error: it goes on each partition.
         return {"throttle_time_ms": 0, "error_code": err, "topics": [
             {"name": t["name"], "partitions": [
                 {"partition_index": i, "committed_offset": -1, "committed_leader_epoch": -1,
