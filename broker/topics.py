@@ -54,6 +54,8 @@ TOPIC_CONFIG_KEYS = {
     "min.insync.replicas": None,
     "compression.type": None,
     "replication.fanout": None,   # canopy: children per replica in this topic's trees
+    # an out-of-sync replica may lead when no ISR member is alive (acknowledged data may go)
+    "unclean.leader.election.enable": None,
 }
 
 
@@ -328,7 +330,8 @@ class TopicRegistry:
             "message.timestamp.after.max.ms": str((1 << 63) - 1),
             "message.timestamp.difference.max.ms": str((1 << 63) - 1),
             "cleanup.policy": "delete",
-            "min.insync.replicas": "1",
+            "min.insync.replicas": str(self.config.min_insync_replicas),
+            "unclean.leader.election.enable": str(self.config.unclean_leader_election_enable).lower(),
             "compression.type": "producer",
         }
         out = {k: (v, True) for k, v in defaults.items()}
@@ -350,6 +353,9 @@ class TopicRegistry:
             elif key == "cleanup.policy":
                 if value != "delete":
                     raise TopicError(ErrorCode.INVALID_CONFIG, "only cleanup.policy=delete is supported")
+            elif key == "unclean.leader.election.enable":
+                if value.lower() not in ("true", "false"):
+                    raise TopicError(ErrorCode.INVALID_CONFIG, "unclean.leader.election.enable must be true or false")
             elif key == "compression.type":
                 if value not in ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"):
                     raise TopicError(ErrorCode.INVALID_CONFIG, f"bad compression.type {value!r}")
