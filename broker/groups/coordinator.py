@@ -45,6 +45,17 @@ COMPACT_MIN_RECORDS = 10_000
 OFFSETS_COMMIT_TIMEOUT_S = 5.0
 
 
+def _end(g: Group, error: int) -> None:
+    """This broker stops coordinating ``g``: members waiting in a join or sync get
+    ``error`` (clients then look the coordinator up again)."""
+    for m in g.members.values():
+        if m.join_waiter:
+            m.join_waiter.complete(JoinResult(error, m.member_id))
+        if m.sync_waiter:
+            m.sync_waiter.complete(SyncResult(error))
+    g.state = DEAD
+
+
 class CoordinatorMoved(Exception):
     """This broker stopped leading the group's offsets partition during a commit."""
 
@@ -107,12 +118,7 @@ class GroupCoordinator:
             for gid in [g for g in set(self.groups) | set(self.offsets.groups) if partition_for(g, count) == index]:
                 g = self.groups.pop(gid, None)
                 if g is not None:
-                    for m in g.members.values():
-                        if m.join_waiter:
-                            m.join_waiter.complete(JoinResult(ErrorCode.NOT_COORDINATOR, m.member_id))
-                        if m.sync_waiter:
-                            m.sync_waiter.complete(SyncResult(ErrorCode.NOT_COORDINATOR))
-                    g.state = DEAD
+                    _end(g, ErrorCode.NOT_COORDINATOR)
                 self.offsets.groups.pop(gid, None)
             log.info("no longer the coordinator for %s-%d", OFFSETS_TOPIC, index)
 
@@ -157,12 +163,7 @@ class GroupCoordinator:
 
     def close(self) -> None:
         for g in self.groups.values():
-            for m in g.members.values():
-                if m.join_waiter:
-                    m.join_waiter.complete(JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, m.member_id))
-                if m.sync_waiter:
-                    m.sync_waiter.complete(SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
-            g.state = DEAD
+            _end(g, ErrorCode.COORDINATOR_NOT_AVAILABLE)
 
     def _group(self, group_id: str, create: bool = False) -> Group | None:
         g = self.groups.get(group_id)
