@@ -25,12 +25,15 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import uuid
+from pathlib import Path
 
 import trio
 
 from controller.controller import Controller, ControllerError
 from controller.etcd import Compare, EtcdClient, EtcdError, Op, WatchCompacted, parse_endpoints
-from controller.image import (PREFIX, PRODUCER_ID_BLOCK_KEY, ClusterImage, PartitionImage, TopicImage, broker_key,
+from controller.image import (CLUSTER_KEY, PREFIX, PRODUCER_ID_BLOCK_KEY, ClusterImage, PartitionImage, TopicImage, broker_key,
                               encode, partition_key)
 from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
@@ -142,8 +145,15 @@ class Cluster:
             return
         try:
             kvs, revision = await self.store.get_prefix(PREFIX)
+            if not any(kv.key == CLUSTER_KEY for kv in kvs):
+                self._check_cluster_identity(None)
+                await self.store.txn([Compare.create_revision(CLUSTER_KEY, "=", 0)],
+                                     [Op.put(CLUSTER_KEY, encode({"id": str(uuid.uuid4())}))])
+                kvs, revision = await self.store.get_prefix(PREFIX)
         except EtcdError as e:
             raise StoreUnavailable(f"metadata store {self.config.metadata_store} is unreachable: {e}") from None
+        ident = next(json.loads(kv.value)["id"] for kv in kvs if kv.key == CLUSTER_KEY)
+        self._check_cluster_identity(ident)
         self._load(kvs, revision)
         self.started_at = trio.current_time()
         log.info("cluster: node %d, metadata from etcd at revision %d: %d topic(s), %d live broker(s), "
@@ -165,6 +175,43 @@ class Cluster:
             self._reconcile(t)
         self.ready = True
         self._signal()
+
+    def _check_cluster_identity(self, store_id: str | None) -> None:
+        """Refuse to start rather than let the metadata store delete local data that is not
+        its own: the store decides which topics exist, so a broker pointed at another
+        cluster's etcd (or a wiped one), or a single broker's data directory joining a
+        cluster, would otherwise lose its topics (Kafka refuses a mismatched cluster.id in
+        meta.properties for the same reason)."""
+        path = Path(self.config.data_dir) / "cluster.json"
+        try:
+            local = json.loads(path.read_text())["id"]
+        except FileNotFoundError:
+            local = None
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise StoreUnavailable(f"{path} is damaged ({e}); remove it only if this data directory "
+                                   f"belongs to the cluster in {self.config.metadata_store}") from None
+        if local is not None and local != store_id:
+            raise StoreUnavailable(f"data directory {self.config.data_dir} belongs to cluster {local}, but the "
+                                   f"metadata store {self.config.metadata_store} holds "
+                                   f"{'cluster ' + store_id if store_id else 'no cluster'}")
+        if local is None:
+            own = [n for n in self.broker.topics.topics if n not in INTERNAL_TOPICS]
+            if own:
+                raise StoreUnavailable(f"data directory {self.config.data_dir} holds topics of a broker outside any "
+                                       f"cluster ({', '.join(sorted(own)[:3])}...); a cluster member starts from an "
+                                       "empty data directory")
+            if store_id is not None:
+                tmp = path.with_suffix(".tmp")
+                with open(tmp, "w") as f:
+                    f.write(json.dumps({"id": store_id}))
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+                fd = os.open(path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
 
     def _report_unreadable(self, image: ClusterImage) -> None:
         for key in image.unreadable:

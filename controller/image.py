@@ -5,6 +5,7 @@ one leased key per live broker, one key per topic and one per partition, each pa
 key updated only by compare-and-swap on its revision. Values are JSON (small, rare, easy
 to read with ``etcdctl get --prefix /canopy/``)::
 
+    /canopy/cluster                    {"id": uuid}              created once: which cluster this is
     /canopy/controller                 {"node_id": N}            leased; its create revision
                                                                  is the controller epoch
     /canopy/brokers/<id>               {"host", "port", "rack"}  leased: a lost lease is a dead broker
@@ -22,6 +23,7 @@ import uuid
 from dataclasses import dataclass, field
 
 PREFIX = "/canopy/"
+CLUSTER_KEY = PREFIX + "cluster"
 CONTROLLER_KEY = PREFIX + "controller"
 BROKERS = PREFIX + "brokers/"
 TOPICS = PREFIX + "topics/"

@@ -19,7 +19,8 @@ import confluent_kafka
 import pytest
 
 from tests.e2e.conftest import VENV_BIN, free_port
-from tests.e2e.rawclient import RawClient, make_batch, produce
+from tests.e2e.conftest import broker_factory  # noqa: F401  (fixture)
+from tests.e2e.rawclient import RawClient, create_topic, make_batch, produce
 
 from tests.etcd_cluster import gateway_call
 
@@ -399,3 +400,25 @@ def test_a_restarted_broker_answers_current_metadata_at_once(cluster):
                                    tuple(p["replica_nodes"])) for p in t["partitions"])
                 for t in cluster_metadata(other.bootstrap, ["before", "while-away"])["topics"]}
     assert first == expected
+
+
+def test_a_data_directory_of_another_cluster_is_refused(tmp_path, etcd_cluster):
+    """The store decides which topics exist: pointed at the wrong etcd, a broker would
+    delete its own topics, so it refuses to start instead (one line, exit 2)."""
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "cluster.json").write_text('{"id": "another-cluster"}')
+    r = run_canopy(["--metadata-store", etcd_cluster.endpoints, "--node-id", "1"], tmp_path)
+    assert r.returncode == 2, r
+    assert "belongs to cluster another-cluster" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_a_single_brokers_data_directory_does_not_join_a_cluster(tmp_path, etcd_cluster, broker_factory):
+    single = broker_factory("d")
+    c = RawClient(single.bootstrap)
+    create_topic(c, "standalone")
+    c.close()
+    single.stop()
+    r = run_canopy(["--metadata-store", etcd_cluster.endpoints, "--node-id", "1"], tmp_path)
+    assert r.returncode == 2, r
+    assert "holds topics of a broker outside any cluster" in r.stderr, r.stderr
+    assert (tmp_path / "d" / "topics" / "standalone").is_dir()   # untouched
