@@ -185,6 +185,7 @@ class Log:
         self._bases: list[int] = []     # base offsets, parallel to _segments
         self._closed = False
         self.flushed_offset = 0
+        self.truncations = 0            # bumped by truncate_to (see flush)
         self.recovered_truncations = 0  # torn tails cut by recovery (for logs/tests)
         self._load()
 
@@ -609,8 +610,10 @@ class Log:
         if seg._log_mm is None:
             seg.activate(self.config.segment_bytes)
         seg.truncate_entries(keep)
-        self.log_end_offset = seg.next_offset if seg.entries else max(seg.base_offset, offset)
-        self.flushed_offset = min(self.flushed_offset, self.log_end_offset)
+        with self._lock:
+            self.truncations += 1
+            self.log_end_offset = seg.next_offset if seg.entries else max(seg.base_offset, offset)
+            self.flushed_offset = min(self.flushed_offset, self.log_end_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete everything; the log restarts empty at ``offset``."""
@@ -621,8 +624,10 @@ class Log:
         with self._lock:
             self._segments.append(new)
             self._bases.append(offset)
-        self.log_start_offset = self.log_end_offset = offset
-        self.flushed_offset = offset
+        with self._lock:
+            self.truncations += 1
+            self.log_start_offset = self.log_end_offset = offset
+            self.flushed_offset = offset
         self._write_checkpoint(offset)
 
     # -- durability -----------------------------------------------------------
@@ -639,6 +644,7 @@ class Log:
         """
         with self._flush_lock:
             target = self.log_end_offset
+            truncations = self.truncations
             with self._lock:
                 if self._closed:
                     return self.flushed_offset
@@ -656,8 +662,13 @@ class Log:
                         s.flush_to(committed)
             finally:
                 self._unpin([s for s, _ in work])
-            if target > self.flushed_offset:
-                self.flushed_offset = target
+            # A truncation while this flush ran lowered flushed_offset; raising it again
+            # would claim offsets that were cut (and maybe rewritten) as durable.
+            with self._lock:
+                if truncations != self.truncations:
+                    return self.flushed_offset
+                if target > self.flushed_offset:
+                    self.flushed_offset = target
             return target
 
     def close(self) -> None:
