@@ -89,10 +89,15 @@ def _read_all(broker, reads: list[_PartitionRead], max_bytes: int, replica_id: i
         fetch_offset = r.request["fetch_offset"]
         # Replicas read up to the log end; consumers never past the high watermark.
         hw = p.log.log_end_offset if replica_id >= 0 else p.high_watermark
-        if fetch_offset > hw or fetch_offset < p.log_start_offset:
+        # Only offsets outside [log start, log end] are out of range (Kafka's rule). An
+        # offset between the HW and the log end is valid but not yet readable: the answer
+        # is an empty partition, so a consumer that saw records up to a failed leader's HW,
+        # or reads from a follower whose HW lags (KIP-392), just waits instead of
+        # resetting to earliest (replay) or latest (silent skip).
+        if fetch_offset > p.log.log_end_offset or fetch_offset < p.log_start_offset:
             r.error = ErrorCode.OFFSET_OUT_OF_RANGE
             continue
-        if fetch_offset == hw:
+        if fetch_offset >= hw:
             continue
         # After the first non-empty partition, the response budget applies; the first
         # batch overall is always whole (storage returns it even when over the limit).
