@@ -9,6 +9,8 @@ from pathlib import Path
 
 import trio
 
+from storage import LogOffline
+
 from .config import BrokerConfig
 from .topics import TopicRegistry
 
@@ -71,13 +73,19 @@ class Flusher:
             self._dirty.add(log_)
 
     async def wait_durable(self) -> None:
-        """For `always`: return once everything appended so far is on disk."""
+        """For `always`: return once everything appended so far is on disk. Raises
+        LogOffline when the fsync covering this wait failed: what was appended is not
+        durable and must not be acknowledged (Kafka fails such requests with
+        KAFKA_STORAGE_ERROR and takes the log directory offline)."""
         if self.policy != "always":
             return
         done = trio.Event()
-        self._waiters.append(done)
+        waiter = [done, None]
+        self._waiters.append(waiter)
         self._wakeup.set()
         await done.wait()
+        if waiter[1] is not None:
+            raise waiter[1]
 
     async def run(self) -> None:
         if self.policy == "async":
@@ -90,18 +98,30 @@ class Flusher:
                 self._wakeup = trio.Event()
             dirty, self._dirty = self._dirty, set()
             waiters, self._waiters = self._waiters, []
+            failure = None
             if dirty:
-                await trio.to_thread.run_sync(_flush_all, dirty)
+                failure = await trio.to_thread.run_sync(_flush_all, dirty)
+            # One group commit covers every waiter; which of them appended to the failed
+            # log is not tracked, so all of them are failed (a retry of a durable batch is
+            # answered from the idempotent-producer state with its original offsets).
             for w in waiters:
-                w.set()
+                w[1] = failure
+                w[0].set()
 
 
-def _flush_all(logs) -> None:
+def _flush_all(logs) -> LogOffline | None:
+    failure = None
     for lg in logs:
+        was_online = lg.offline is None
         try:
             lg.flush()
+        except LogOffline as e:
+            if was_online:
+                log.error("%s; the partition is offline until the broker restarts", e)
+            failure = e
         except (OSError, ValueError) as e:  # a log closed by DeleteTopics meanwhile
             log.debug("flush skipped: %s", e)
+    return failure
 
 
 class Broker:

@@ -20,6 +20,8 @@ from protocol.framing import FrameReader, FrameTooLarge, frame, parse_request_he
 from protocol.messages import ApiKey, api
 from protocol.schema import ExternalBytes, SchemaError
 
+from storage import LogOffline
+
 from .broker import Broker
 from .config import BrokerConfig
 from .handlers import HANDLERS
@@ -143,6 +145,13 @@ class Connection:
             response = await handler.handle(ctx, body, version)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             raise
+        except LogOffline as e:
+            # The fsync a `--flush always` request waited for failed: its records are not
+            # durable, so it gets no answer at all rather than a success. The client
+            # retries on a new connection and meets the offline log's KAFKA_STORAGE_ERROR.
+            log.warning("closing connection %s from %s: %s v%d not acknowledged: %s",
+                        self.id, self.peer, api(key).name, version, e)
+            return False
         except Exception:
             log.exception("handler for %s v%d failed; closing connection %s",
                           api(key).name, version, self.id)

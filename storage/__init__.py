@@ -6,11 +6,11 @@ segment.py for the on-disk format and its crash guarantees.
 
 from .lock import DataDirLock, DataDirLocked
 from .log import (
-    AppendResult, Log, LogConfig, OffsetOutOfRange, ReadResult, StorageError,
+    AppendResult, Log, LogConfig, LogOffline, OffsetOutOfRange, ReadResult, StorageError,
 )
 from .segment import Segment, StorageFull
 
 __all__ = [
-    "AppendResult", "DataDirLock", "DataDirLocked", "Log", "LogConfig",
+    "AppendResult", "DataDirLock", "DataDirLocked", "Log", "LogConfig", "LogOffline",
     "OffsetOutOfRange", "ReadResult", "Segment", "StorageError", "StorageFull",
 ]

@@ -61,6 +61,15 @@ class OffsetOutOfRange(StorageError):
         self.log_end_offset = log_end_offset
 
 
+class LogOffline(StorageError):
+    """An fsync of this log failed: it is offline until the broker restarts (Kafka takes
+    a log directory offline on any I/O error). After a failed fsync the kernel may have
+    dropped the dirty pages, so nothing written since the last good fsync can be trusted
+    or acknowledged; appends and reads raise this (KAFKA_STORAGE_ERROR, 56)."""
+
+    error_code = 56
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -186,6 +195,7 @@ class Log:
         self._closed = False
         self.flushed_offset = 0
         self.truncations = 0            # bumped by truncate_to (see flush)
+        self.offline: str | None = None  # why, once an fsync failed (LogOffline)
         self.recovered_truncations = 0  # torn tails cut by recovery (for logs/tests)
         self._load()
 
@@ -288,6 +298,8 @@ class Log:
         — both lie outside the CRC'd range, so no per-record work.  LogAppendTime
         is the caller's job (set_log_append_time) before this call.
         """
+        if self.offline:
+            raise LogOffline(self.offline)
         batch_length, last_offset_delta, max_timestamp = _APPEND_FIELDS.unpack_from(batch, 0)
         size = batch_length + LOG_OVERHEAD
         if size != len(batch):
@@ -314,6 +326,8 @@ class Log:
         batch's base offset must be >= the log end offset: equal normally,
         greater only when the upstream's log has gaps (compaction).
         """
+        if self.offline:
+            raise LogOffline(self.offline)
         headers = validate_batches(batches, strict=False)
         if not headers:
             raise InvalidRecordBatch("no record batch to append")
@@ -403,6 +417,8 @@ class Log:
         later batches stop before exceeding ``max_bytes``; batches starting at
         or beyond ``upper_offset`` (the high watermark) are withheld.
         """
+        if self.offline:
+            raise LogOffline(self.offline)
         self._check_range(fetch_offset)
         upper = self.log_end_offset if upper_offset is None else min(upper_offset, self.log_end_offset)
         regions: list = []
@@ -652,6 +668,8 @@ class Log:
                         if s.size > s.flushed_length or s.needs_dir_sync]
                 for s, _ in work:
                     s.pins += 1
+            if self.offline:
+                raise LogOffline(self.offline)
             try:
                 if any(s.needs_dir_sync for s, _ in work):
                     for s, _ in work:
@@ -660,6 +678,13 @@ class Log:
                 for s, committed in work:
                     if not s.deleted:
                         s.flush_to(committed)
+            except OSError as e:
+                if self._closed:
+                    raise   # closed by DeleteTopics meanwhile: not a disk fault
+                # Never retry a failed fsync and report success: the kernel may already
+                # have dropped the pages it could not write ("fsyncgate").
+                self.offline = f"fsync of {self.directory} failed: {e.strerror or e}"
+                raise LogOffline(self.offline) from e
             finally:
                 self._unpin([s for s, _ in work])
             # A truncation while this flush ran lowered flushed_offset; raising it again
@@ -675,7 +700,11 @@ class Log:
         """Flush, trim the active segment's preallocated tail, close files."""
         if self._closed:
             return
-        self.flush()
+        if not self.offline:
+            try:
+                self.flush()
+            except LogOffline:
+                pass   # logged where it happened; recovery re-checks the tail on start
         with self._lock:
             self._closed = True
             for seg in self._segments:

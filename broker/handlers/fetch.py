@@ -24,7 +24,7 @@ import trio
 from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
 from protocol.schema import ExternalBytes
-from storage import OffsetOutOfRange
+from storage import LogOffline, OffsetOutOfRange
 
 from ..broker import now_ms
 
@@ -86,6 +86,9 @@ def _read_all(broker, reads: list[_PartitionRead], max_bytes: int, replica_id: i
             continue
         if r.preferred_read_replica >= 0:
             continue
+        if p.log.offline:
+            r.error = ErrorCode.KAFKA_STORAGE_ERROR   # an fsync failed: Kafka's offline log
+            continue
         fetch_offset = r.request["fetch_offset"]
         # Replicas read up to the log end; consumers never past the high watermark.
         hw = p.log.log_end_offset if replica_id >= 0 else p.high_watermark
@@ -108,6 +111,9 @@ def _read_all(broker, reads: list[_PartitionRead], max_bytes: int, replica_id: i
             r.result = p.log.read(fetch_offset, max(limit, 1), upper_offset=hw, min_one_batch=not total)
         except OffsetOutOfRange:
             r.error = ErrorCode.OFFSET_OUT_OF_RANGE
+            continue
+        except LogOffline:
+            r.error = ErrorCode.KAFKA_STORAGE_ERROR   # an fsync failed: Kafka's offline log
             continue
         total += r.result.size
         budget = max_bytes - total

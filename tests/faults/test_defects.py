@@ -57,3 +57,45 @@ def test_fetch_between_high_watermark_and_log_end_is_empty_not_out_of_range(tmp_
         assert [r.value for r in records if r.offset >= 4] == [b"e"]   # (whole batches: c, d come too)
     finally:
         cluster.stop()
+
+
+def test_failed_fsync_is_never_acknowledged_and_takes_the_log_offline(tmp_path):
+    """Defect 6: with `--flush always`, a produce is acknowledged only after an fsync. When
+    fdatasync fails (libfiu in the running broker), the waiting request must not be told
+    success; the log goes offline (KAFKA_STORAGE_ERROR for writes and reads) and, after a
+    restart, the broker serves again with every acknowledged record."""
+    cluster = FaultCluster(tmp_path, 1, flush="always", with_faketime=False, min_insync=1)
+    cluster.start()
+    try:
+        node = cluster.nodes[1]
+        cluster.create_topic("sync", 1)
+        c = RawClient(node.bootstrap)
+        r = wait_for(lambda: produce(c, "sync", make_batch([b"durable"]), acks=-1), "first write")
+        assert r["error_code"] == 0, r
+        node.fiu("enable name=posix/io/sync/fdatasync,failinfo=5")
+        try:
+            answer = produce(c, "sync", make_batch([b"not durable"]), acks=-1)
+        except AssertionError:   # connection closed: no answer, so no acknowledgement
+            answer = None
+        assert answer is None or answer["error_code"] != 0, f"acknowledged after a failed fsync: {answer}"
+        c.close()
+        c = RawClient(node.bootstrap)
+        assert produce(c, "sync", make_batch([b"again"]), acks=-1)["error_code"] == ErrorCode.KAFKA_STORAGE_ERROR
+        assert fetch_at(node.bootstrap, "sync", 0)["error_code"] == ErrorCode.KAFKA_STORAGE_ERROR
+        c.close()
+        node.fiu("disable name=posix/io/sync/fdatasync")
+        assert node.alive
+        log = node.log_tail()
+        assert "offline" in log and "Traceback" not in log, log
+        node.stop()
+        node.start()
+        node.wait_listening()
+        first = wait_for(lambda: fetch_at(node.bootstrap, "sync", 0), "reads after the restart")
+        assert first["error_code"] == 0, first
+        values = [r.value for r in iter_records(bytes(first["records"]))]
+        assert values[0] == b"durable"
+        c = RawClient(node.bootstrap)
+        assert produce(c, "sync", make_batch([b"after"]), acks=-1)["error_code"] == 0
+        c.close()
+    finally:
+        cluster.stop()
