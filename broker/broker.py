@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from pathlib import Path
 
 import trio
 
-from storage import LogOffline
+from storage import LogOffline, replace_durably
 
 from .config import BrokerConfig
 from .topics import TopicRegistry
@@ -32,19 +31,28 @@ class ProducerIdAllocator:
 
     def __init__(self, path: Path, floor: int = -1):
         self.path = path
+        reserved = 0
         try:
             reserved = json.loads(path.read_text())["next_block"]
-        except (OSError, ValueError, KeyError):
+            if not isinstance(reserved, int) or reserved < 0:
+                raise ValueError(f"bad next_block {reserved!r}")
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            # The ids still present in the logs give the floor; ids whose batches are all
+            # gone (retention) could come back, which only matters to a producer that is
+            # still running with one of them after this restart.
             reserved = 0
+            log.error("%s is damaged (%s: %s); producer ids continue above the highest one in the logs (%d)",
+                      path, type(e).__name__, e, floor)
         self.next_id = max(reserved, floor + 1)
         self.block_end = self.next_id
 
     def allocate(self) -> int:
         if self.next_id >= self.block_end:
             self.block_end = self.next_id + PRODUCER_ID_BLOCK
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"next_block": self.block_end}))
-            os.replace(tmp, self.path)
+            # Durable before any id of the block is handed out (see the class doc).
+            replace_durably(self.path, json.dumps({"next_block": self.block_end}))
         pid = self.next_id
         self.next_id += 1
         return pid
