@@ -40,9 +40,10 @@ docker-compose:
 	  else echo "docker-compose missing and not root: install Debian's docker-compose"; fi; }
 
 # The fault suite's tools (tests/faults, docs/reliability.md): iptables for partitions,
-# faketime (libfaketime) for clock jumps, fiu-utils (libfiu: fiu-run, fiu-ctrl) for disk errors.
+# faketime (libfaketime) for clock jumps, fiu-utils (libfiu: fiu-run, fiu-ctrl) for disk errors,
+# strace to watch which thread does disk work.
 fault-tools:
-	@for pair in iptables:iptables faketime:faketime fiu-run:fiu-utils; do \
+	@for pair in iptables:iptables faketime:faketime fiu-run:fiu-utils strace:strace; do \
 	  command -v $${pair%%:*} >/dev/null 2>&1 || { \
 	    if [ "$$(id -u)" = 0 ]; then \
 	      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $${pair#*:} >/dev/null); \

@@ -196,6 +196,7 @@ class Log:
         self.flushed_offset = 0
         self.truncations = 0            # bumped by truncate_to (see flush)
         self.offline: str | None = None  # why, once an fsync failed (LogOffline)
+        self._checkpoint_unsynced = False
         self.recovered_truncations = 0  # torn tails cut by recovery (for logs/tests)
         self._load()
 
@@ -208,13 +209,28 @@ class Log:
             return 0
 
     def _write_checkpoint(self, offset: int) -> None:
-        """Write-then-rename, fsynced: a crash leaves the old or the new value."""
+        """Write-then-rename: a process crash leaves the old or the new value. The fsyncs
+        are left to the next ``flush`` (a worker thread under the interval/always policies):
+        this runs on the broker's event loop (retention, DeleteRecords), where two fsyncs
+        would stall every connection. Kafka likewise checkpoints the log start offset
+        asynchronously. Should a machine crash lose the file, recovery falls back to the
+        first segment's base offset."""
         tmp = self.directory / (CHECKPOINT + ".tmp")
         with open(tmp, "w") as f:
             f.write(f"{offset}\n")
-            f.flush()
-            os.fsync(f.fileno())
         os.replace(tmp, self.directory / CHECKPOINT)
+        self._checkpoint_unsynced = True
+
+    def _sync_checkpoint(self) -> None:
+        self._checkpoint_unsynced = False
+        try:
+            fd = os.open(self.directory / CHECKPOINT, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         self._fsync_dir()
 
     def _fsync_dir(self) -> None:
@@ -661,6 +677,8 @@ class Log:
         with self._flush_lock:
             target = self.log_end_offset
             truncations = self.truncations
+            if self.offline:
+                raise LogOffline(self.offline)
             with self._lock:
                 if self._closed:
                     return self.flushed_offset
@@ -668,9 +686,9 @@ class Log:
                         if s.size > s.flushed_length or s.needs_dir_sync]
                 for s, _ in work:
                     s.pins += 1
-            if self.offline:
-                raise LogOffline(self.offline)
             try:
+                if self._checkpoint_unsynced:
+                    self._sync_checkpoint()
                 if any(s.needs_dir_sync for s, _ in work):
                     for s, _ in work:
                         s.needs_dir_sync = False
@@ -696,11 +714,12 @@ class Log:
                     self.flushed_offset = target
             return target
 
-    def close(self) -> None:
-        """Flush, trim the active segment's preallocated tail, close files."""
+    def close(self, flush: bool = True) -> None:
+        """Flush (unless ``flush=False``: the log is about to be deleted), trim the active
+        segment's preallocated tail, close files."""
         if self._closed:
             return
-        if not self.offline:
+        if flush and not self.offline:
             try:
                 self.flush()
             except LogOffline:

@@ -199,3 +199,85 @@ def test_damaged_topic_json_in_a_cluster_keeps_the_cluster_topic_id(tmp_path):
         assert "deleted topic kept" not in log and "Traceback" not in log, log
     finally:
         cluster.stop()
+
+
+def _evict_from_page_cache(path) -> None:
+    import os
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)   # clean pages can be dropped; dirty ones cannot
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def test_event_loop_does_no_blocking_disk_work(tmp_path):
+    """Defect 12: disk work on the broker's event loop stalls every connection. Watched
+    with strace on the running broker (the event loop is the main thread, tid = pid):
+    a Fetch of records that are not in the page cache has them read by a worker thread
+    before sendfile copies them; DeleteRecords (the log start offset checkpoint) and
+    DeleteTopics do no fsync on the event loop."""
+    import os
+    import re
+    import subprocess
+    import time
+
+    from tests.e2e.conftest import BrokerProcess, require_tool
+    from tests.e2e.rawclient import create_topic
+
+    strace = require_tool("strace", "Debian package strace")
+    b = BrokerProcess(tmp_path / "data").start()
+    trace = tmp_path / "strace.out"
+    tracer = None
+    try:
+        c = RawClient(b.bootstrap)
+        create_topic(c, "cold")
+        for i in range(24):
+            assert produce(c, "cold", make_batch([bytes([i]) * 10_000] * 50))["error_code"] == 0
+        segments = sorted((tmp_path / "data" / "topics" / "cold" / "0").glob("*.log"))
+        for seg in segments:
+            _evict_from_page_cache(seg)
+        fd = os.open(segments[0], os.O_RDONLY)
+        try:
+            try:
+                os.preadv(fd, [bytearray(1)], 4 << 20, os.RWF_NOWAIT)
+                pytest.fail("could not evict the segment from the page cache")
+            except BlockingIOError:
+                pass
+        finally:
+            os.close(fd)
+        tracer = subprocess.Popen([strace, "-f", "-qq", "-e", "trace=sendfile,pread64,fsync,fdatasync",
+                                   "-p", str(b.proc.pid), "-o", str(trace)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(2)   # attached to every thread
+        r = c.request(1, 12, {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 64 << 20,
+                              "session_id": 0, "session_epoch": -1, "topics": [{"topic": "cold", "partitions": [
+                                  {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 64 << 20}]}]})
+        assert len(bytes(r["responses"][0]["partitions"][0]["records"])) > 10 << 20
+        r = c.request(21, 2, {"topics": [{"name": "cold", "partitions": [{"partition_index": 0, "offset": 600}]}],
+                              "timeout_ms": 5000})
+        assert r["topics"][0]["partitions"][0]["error_code"] == 0, r
+        r = c.request(20, 4, {"topic_names": ["cold"], "timeout_ms": 5000})
+        assert r["responses"][0]["error_code"] == 0, r
+        c.close()
+        time.sleep(1)
+    finally:
+        if tracer is not None:
+            tracer.terminate()
+            tracer.wait(10)
+        b.stop()
+    main = b.proc.pid
+    calls = []   # (tid, syscall, first argument)
+    for line in trace.read_text().splitlines():
+        m = re.match(r"(\d+)\s+(\w+)\((\d+)", line)
+        if m:
+            calls.append((int(m.group(1)), m.group(2), int(m.group(3))))
+    on_loop = [c for c in calls if c[0] == main and c[1] in ("fsync", "fdatasync")]
+    assert not on_loop, f"fsync on the event loop: {on_loop[:5]}"
+    sends = [i for i, c in enumerate(calls) if c[0] == main and c[1] == "sendfile"]
+    assert sends, calls[:20]
+    first = sends[0]
+    in_fd = int(re.search(r"sendfile\(\d+, (\d+)", [ln for ln in trace.read_text().splitlines()
+                                                     if "sendfile(" in ln][0]).group(1))
+    warmed = [c for c in calls[:first] if c[0] != main and c[1] == "pread64" and c[2] == in_fd]
+    assert warmed, f"sendfile of cold pages on the event loop without a worker reading them first: {calls[:20]}"
