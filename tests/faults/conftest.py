@@ -12,3 +12,10 @@ def fault_tools():
     for tool, pkg in (("iptables", "iptables"), ("fiu-run", "fiu-utils"), ("fiu-ctrl", "fiu-utils"),
                       ("faketime", "faketime")):
         require_tool(tool, f"Debian package {pkg}")
+
+
+def pytest_terminal_summary(terminalreporter):
+    from .runner import SESSION, table
+    if SESSION:
+        terminalreporter.write_sep("=", "fault runs (issue 10): per nemesis")
+        terminalreporter.write_line(table(SESSION))

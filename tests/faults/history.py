@@ -18,6 +18,11 @@ from protocol.records import iter_records
 from tests.e2e.rawclient import RawClient
 
 
+def _error_name(e: Exception) -> str:
+    err = e.args[0] if e.args else None
+    return err.name() if hasattr(err, "name") else type(e).__name__
+
+
 class ProducerWorkload(threading.Thread):
     def __init__(self, bootstrap: str, topic: str, partitions: int, rate: int = 400):
         super().__init__(daemon=True, name="fault-producer")
@@ -70,13 +75,20 @@ class ProducerWorkload(threading.Thread):
                 producer.poll(0.1)
                 continue
             except confluent_kafka.KafkaException as e:
-                self.errors[str(e)[:60]] += 1
+                self.errors[_error_name(e)] += 1
                 self._fatal = True
-            producer.poll(0)
+            try:
+                producer.poll(0)
+            except confluent_kafka.KafkaException as e:   # a fatal error surfaces here too
+                self.errors[_error_name(e)] += 1
+                self._fatal = True
             if self._fatal:
                 # librdkafka's idempotent producer stops for good after a fatal error (e.g.
                 # OUT_OF_ORDER_SEQUENCE); the application's remedy is a new producer.
-                producer.flush(30)
+                try:
+                    producer.flush(30)
+                except confluent_kafka.KafkaException:
+                    pass
                 self.fatal += 1
                 producer = self._new_producer()
                 self._fatal = False
@@ -86,7 +98,10 @@ class ProducerWorkload(threading.Thread):
                 time.sleep(delay)
             else:
                 next_at = time.monotonic()
-        self.unflushed = producer.flush(120)
+        try:
+            self.unflushed = producer.flush(120)
+        except confluent_kafka.KafkaException as e:
+            self.errors[_error_name(e)] += 1
 
     def finish(self) -> None:
         self.stop_event.set()

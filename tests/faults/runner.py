@@ -28,6 +28,9 @@ RESULTS = Path(os.environ.get("CANOPY_FAULTS_RESULTS", Path(__file__).resolve().
 
 
 def rounds_for(quick: int = 2, full: int = 20) -> int:
+    """CANOPY_FAULTS_ROUNDS overrides both (for trying a nemesis out)."""
+    if os.environ.get("CANOPY_FAULTS_ROUNDS"):
+        return int(os.environ["CANOPY_FAULTS_ROUNDS"])
     return full if FULL else quick
 
 
@@ -91,7 +94,7 @@ def run_nemesis(nemesis_cls: type[Nemesis], root: Path, rounds: int) -> dict:
     firewall = Firewall(cluster)
     mounted = []
     producer = consumer = None
-    stats = {"nemesis": nemesis_cls.name, "rounds": 0, "recover_s": [], "notes": []}
+    stats = {"nemesis": nemesis_cls.name, "rounds": 0, "recover_s": [], "notes": [], "crashes": []}
     try:
         firewall.open()
         if nemesis_cls.name == "disk-full-follower":
@@ -113,6 +116,14 @@ def run_nemesis(nemesis_cls: type[Nemesis], root: Path, rounds: int) -> dict:
             nemesis.start(v)
             time.sleep(nemesis.duration_s)
             nemesis.heal(v)
+            # A broker that died on its own (not by the nemesis's hand) is a finding; it is
+            # restarted, as a supervisor would, so the run goes on.
+            for n in cluster.nodes.values():
+                if not n.alive:
+                    stats["crashes"].append(f"round {i + 1}: broker {n.node_id} exited with "
+                                            f"{n.proc.returncode}: {last_line(n.log_tail())}")
+                    n.start()
+                    n.wait_listening()
             stats["recover_s"].append(wait_recovered(cluster, TOPIC, PARTITIONS))
             stats["rounds"] += 1
             time.sleep(1.0)
@@ -139,6 +150,11 @@ def run_nemesis(nemesis_cls: type[Nemesis], root: Path, rounds: int) -> dict:
     return stats
 
 
+def last_line(text: str) -> str:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return lines[-1][:200] if lines else ""
+
+
 def summarise(v: Verdict | None, producer, consumer) -> dict:
     out = {"acked": len(producer.acked) if producer else 0,
            "failed": len(producer.failed) if producer else 0,
@@ -149,6 +165,7 @@ def summarise(v: Verdict | None, producer, consumer) -> dict:
     if v is None:
         out["ok"] = False
         return out
+    out["ok"] = v.ok
     out.update(lost=len(v.lost), duplicated=len(v.duplicated), moved=len(v.moved), diverged=v.diverged,
                backwards=len(v.backwards), skips=len(v.skips), regressions=len(v.regressions), ok=v.ok,
                examples={k: [repr(x) for x in getattr(v, k)[:5]]
@@ -156,7 +173,11 @@ def summarise(v: Verdict | None, producer, consumer) -> dict:
     return out
 
 
+SESSION: list[dict] = []   # every run of this pytest session, for the closing table
+
+
 def record(stats: dict) -> None:
+    SESSION.append(stats)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     with open(RESULTS, "a") as f:
         f.write(json.dumps({k: v for k, v in stats.items() if k != "logs"}, default=str) + "\n")
@@ -164,7 +185,7 @@ def record(stats: dict) -> None:
 
 
 HEADER = ("nemesis", "rounds", "acked", "lost", "duplicated", "moved", "consumer back/skip",
-          "commit regress", "replicas differ", "recover s (median/max)")
+          "commit regress", "replicas differ", "broker crashes", "recover s (median/max)")
 
 
 def table(rows: list[dict]) -> str:
@@ -175,6 +196,7 @@ def table(rows: list[dict]) -> str:
             s["nemesis"], s["rounds"], s.get("acked", 0), s.get("lost", "?"), s.get("duplicated", "?"),
             s.get("moved", "?"), f"{s.get('backwards', '?')}/{s.get('skips', '?')}", s.get("regressions", "?"),
             len(s.get("diverged", [])) if isinstance(s.get("diverged"), list) else "?",
+            len(s.get("crashes", [])),
             f"{statistics.median(rec):.1f}/{max(rec):.1f}" if rec else "-")) + " |")
         if s.get("error"):
             lines.append(f"|  ↳ {s['nemesis']} stopped: {s['error'][:300]} |")

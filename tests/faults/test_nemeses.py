@@ -26,4 +26,5 @@ def test_nemesis(name, tmp_path, fault_tools):
     assert "error" not in stats, report + "\n" + "\n".join(
         f"--- broker {i}\n{t}" for i, t in stats["logs"].items())
     assert stats["ok"], report + "\n" + repr(stats.get("examples")) + repr(stats.get("diverged"))
+    assert not stats["crashes"], report + "\n" + "\n".join(stats["crashes"])
     assert stats["acked"] > 0, report
