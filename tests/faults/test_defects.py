@@ -281,3 +281,48 @@ def test_event_loop_does_no_blocking_disk_work(tmp_path):
                                                      if "sendfile(" in ln][0]).group(1))
     warmed = [c for c in calls[:first] if c[0] != main and c[1] == "pread64" and c[2] == in_fd]
     assert warmed, f"sendfile of cold pages on the event loop without a worker reading them first: {calls[:20]}"
+
+
+def test_replica_fetch_past_its_epoch_end_gets_the_diverging_epoch(tmp_path):
+    """Defect 9 (KIP-320/595): a replica's Fetch carries the epoch of its last batch; when
+    the upstream's log ends that epoch before the fetch offset, the replica holds a tail
+    that never existed upstream, and the answer must say so (diverging_epoch) instead of
+    handing it records to append after that tail. Here the old leader's epoch-0 tail is
+    offered to the new leader (epoch 1) by a replica that claims to have fetched it."""
+    cluster = FaultCluster(tmp_path, 3, with_fiu=False, with_faketime=False).start()
+    try:
+        cluster.create_topic("div", 1, {"min.insync.replicas": "1"})
+        old_leader, _, replicas, _ = cluster.metadata("div")[0]
+        c = RawClient(cluster.nodes[old_leader].bootstrap)
+        try:
+            wait_for(lambda: produce(c, "div", make_batch([b"e0-%d" % i for i in range(10)]), acks=-1)["error_code"] == 0,
+                     "epoch-0 writes")
+        finally:
+            c.close()
+        cluster.nodes[old_leader].kill9()
+        wait_for(lambda: cluster.metadata("div")[0][0] not in (old_leader, -1), "failover", timeout=60)
+        new_leader, epoch, _, _ = cluster.metadata("div")[0]
+        assert epoch >= 1
+        lead = cluster.nodes[new_leader]
+        c = RawClient(lead.bootstrap)
+        try:
+            wait_for(lambda: produce(c, "div", make_batch([b"e1-%d" % i for i in range(5)]), acks=1)["error_code"] == 0,
+                     "writes in the new epoch")
+            r = c.request(1, 12, {"replica_id": old_leader, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+                                  "session_id": 0, "session_epoch": -1, "topics": [{"topic": "div", "partitions": [
+                                      {"partition": 0, "fetch_offset": 12, "current_leader_epoch": epoch,
+                                       "last_fetched_epoch": 0, "log_start_offset": 0,
+                                       "partition_max_bytes": 1 << 20}]}]})
+        finally:
+            c.close()
+        p = r["responses"][0]["partitions"][0]
+        assert p["error_code"] == 0, p
+        assert p["diverging_epoch"] == {"epoch": 0, "end_offset": 10}, p
+        assert not bytes(p["records"] or b""), "records offered to a diverged replica"
+        # The killed leader comes back as a follower and ends with the new leader's bytes.
+        cluster.nodes[old_leader].start()
+        cluster.nodes[old_leader].wait_listening()
+        want = _read_values(lead.bootstrap, "div")
+        wait_for(lambda: _read_values(cluster.nodes[old_leader].bootstrap, "div") == want, "old leader converging")
+    finally:
+        cluster.stop()
