@@ -76,13 +76,17 @@ class FaultNode:
         env = dict(os.environ)
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPATH"] = str(ROOT)
-        if self.cluster.with_fiu:
-            argv = ["fiu-run", "-x", *argv]
         if self.cluster.with_faketime:
             if not self.faketime_file.exists():
                 self.faketime_file.write_text("+0\n")
-            env.update(LD_PRELOAD=LIBFAKETIME, FAKETIME_TIMESTAMP_FILE=str(self.faketime_file),
-                       FAKETIME_CACHE_DURATION="1", FAKETIME_DONT_FAKE_MONOTONIC="1")
+            env.update(FAKETIME_TIMESTAMP_FILE=str(self.faketime_file), FAKETIME_CACHE_DURATION="1",
+                       FAKETIME_DONT_FAKE_MONOTONIC="1")
+            # fiu-run sets LD_PRELOAD to its own libraries, so libfaketime is added after
+            # it, by a shell that then execs the broker (one pid throughout, for fiu-ctrl).
+            argv = ["sh", "-c", f'export LD_PRELOAD="${{LD_PRELOAD:+$LD_PRELOAD }}{LIBFAKETIME}"; exec "$@"',
+                    "sh", *argv]
+        if self.cluster.with_fiu:
+            argv = ["fiu-run", "-x", *argv]
         return argv, env
 
     def start(self) -> None:
@@ -197,6 +201,10 @@ class FaultCluster:
         return self
 
     def stop(self) -> None:
+        for n in self.nodes.values():   # all at once: each takes a moment to close its logs
+            if n.alive:
+                n.proc.send_signal(signal.SIGCONT)
+                n.proc.terminate()
         for n in self.nodes.values():
             try:
                 n.stop()

@@ -122,7 +122,7 @@ class Nemesis:
 
 class Kill9Leader(Nemesis):
     name = "kill9-leader"
-    duration_s = 4.0
+    duration_s = 3.5
 
     def start(self, v):
         v.leader.kill9()
@@ -159,7 +159,7 @@ class PauseLeader(_Pause):
     """Paused past the failure timeout: the controller fails over; the old leader wakes
     up believing it still leads."""
     name = "pause-leader"
-    duration_s = 5.0
+    duration_s = 4.5
 
     def target(self, v):
         return v.leader
@@ -170,7 +170,7 @@ class PauseChildrenThenLeader(Nemesis):
     second (acks=all writes pile up waiting for them), then the leader pauses past the
     failure timeout and resumes as a demoted ex-leader with those writes still waiting."""
     name = "pause-children-then-leader"
-    duration_s = 5.0
+    duration_s = 4.5
 
     def start(self, v):
         for c in v.children:
@@ -186,7 +186,7 @@ class PauseChildrenThenLeader(Nemesis):
 
 class PauseFollower(_Pause):
     name = "pause-follower"
-    duration_s = 5.0
+    duration_s = 4.0
 
     def target(self, v):
         return v.children[0]
@@ -194,7 +194,7 @@ class PauseFollower(_Pause):
 
 class PauseController(_Pause):
     name = "pause-controller"
-    duration_s = 5.0
+    duration_s = 4.0
 
     def target(self, v):
         return v.controller
@@ -203,7 +203,7 @@ class PauseController(_Pause):
 class PartitionLeaderChildren(Nemesis):
     """Two-way: the leader and its children cannot reach each other."""
     name = "partition-leader-children"
-    duration_s = 5.0
+    duration_s = 4.0
 
     def start(self, v):
         for c in v.children:
@@ -217,7 +217,7 @@ class PartitionLeaderControllerOneWay(Nemesis):
     """One-way: the controller cannot reach the leader (its probes fail: it fails over),
     while the leader, its children and clients still talk to each other."""
     name = "partition-controller-to-leader"
-    duration_s = 5.0
+    duration_s = 4.0
 
     def start(self, v):
         if v.controller is not v.leader:
@@ -230,7 +230,7 @@ class PartitionLeaderControllerOneWay(Nemesis):
 class PartitionLeaderController(Nemesis):
     """Two-way: leader and controller cut from each other."""
     name = "partition-leader-controller"
-    duration_s = 5.0
+    duration_s = 4.0
 
     def start(self, v):
         if v.controller is not v.leader:
@@ -255,7 +255,7 @@ class PartitionLeaderClients(Nemesis):
 class ClockForward(Nemesis):
     """The controller's wall clock jumps an hour ahead (and back when healed)."""
     name = "clock-forward-controller"
-    duration_s = 4.0
+    duration_s = 3.0
 
     def start(self, v):
         self._t = v.controller
@@ -268,7 +268,7 @@ class ClockForward(Nemesis):
 class ClockBackward(Nemesis):
     """The leader's wall clock jumps an hour back (and forward again when healed)."""
     name = "clock-backward-leader"
-    duration_s = 4.0
+    duration_s = 3.0
 
     def start(self, v):
         self._t = v.leader
@@ -304,7 +304,7 @@ class DiskSyncFailure(Nemesis):
 class DiskFullFollower(Nemesis):
     """A child's data directory is on a small tmpfs that fills up, then frees."""
     name = "disk-full-follower"
-    duration_s = 4.0
+    duration_s = 3.0
 
     def start(self, v):
         self._t = v.children[0]

@@ -94,6 +94,7 @@ def run_nemesis(nemesis_cls: type[Nemesis], root: Path, rounds: int) -> dict:
     firewall = Firewall(cluster)
     mounted = []
     producer = consumer = None
+    t_start = time.monotonic()
     stats = {"nemesis": nemesis_cls.name, "rounds": 0, "recover_s": [], "notes": [], "crashes": []}
     try:
         firewall.open()
@@ -108,7 +109,8 @@ def run_nemesis(nemesis_cls: type[Nemesis], root: Path, rounds: int) -> dict:
         consumer = ConsumerWorkload(cluster.bootstrap(), TOPIC, "faults-group")
         producer.start()
         consumer.start()
-        time.sleep(2)
+        time.sleep(1)
+        stats["setup_s"] = round(time.monotonic() - t_start, 1)
         nemesis = nemesis_cls(cluster, firewall, TOPIC)
         for i in range(rounds):
             v = nemesis.victims()
@@ -126,7 +128,8 @@ def run_nemesis(nemesis_cls: type[Nemesis], root: Path, rounds: int) -> dict:
                     n.wait_listening()
             stats["recover_s"].append(wait_recovered(cluster, TOPIC, PARTITIONS))
             stats["rounds"] += 1
-            time.sleep(1.0)
+            time.sleep(0.5)   # the healed cluster under load before the next round
+        stats["rounds_s"] = round(time.monotonic() - t_start - stats["setup_s"], 1)
         producer.finish()
         consumer.finish()
         not_converged = wait_converged(cluster, TOPIC, PARTITIONS)
@@ -144,6 +147,7 @@ def run_nemesis(nemesis_cls: type[Nemesis], root: Path, rounds: int) -> dict:
         cluster.stop()
         for m in mounted:
             umount(m)
+    stats["total_s"] = round(time.monotonic() - t_start, 1)
     stats.update(summarise(verdict, producer, consumer))
     stats["logs"] = logs
     record(stats)

@@ -13,7 +13,8 @@ import pytest
 from . import nemesis as nem
 from .runner import FULL, rounds_for, run_nemesis, table
 
-QUICK = ["kill9-follower", "pause-follower", "partition-leader-clients", "disk-fsync-leader"]
+QUICK = ["kill9-leader", "kill9-follower", "pause-follower", "partition-leader-children",
+         "partition-leader-clients", "clock-backward-leader", "disk-fsync-leader", "disk-full-follower"]
 NEMESES = [n.name for n in nem.ALL] if FULL else QUICK
 
 pytestmark = pytest.mark.timeout(1800)
