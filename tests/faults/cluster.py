@@ -192,6 +192,13 @@ class FaultCluster:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "FaultCluster":
+        # cgroups left by a crashed run: rmdir removes only empty ones (no process inside)
+        for stale in (CGROUP2 / CGROUP_PARENT).glob("*/n*"):
+            try:
+                stale.rmdir()
+                stale.parent.rmdir()
+            except OSError:
+                pass
         for n in self.nodes.values():
             (CGROUP2 / n.cgroup).mkdir(parents=True, exist_ok=True)
         for n in self.nodes.values():

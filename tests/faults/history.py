@@ -14,7 +14,7 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from protocol.records import iter_records
+from protocol.records import BATCH_HEADER_SIZE, BatchHeader, iter_records
 from tests.e2e.rawclient import RawClient
 
 
@@ -192,6 +192,18 @@ class ConsumerWorkload(threading.Thread):
         self.join(60)
 
 
+def iter_all_records(data: bytes):
+    """Every record of every batch in a Fetch response's records (iter_records decodes
+    the one batch at a position)."""
+    pos = 0
+    while pos + BATCH_HEADER_SIZE <= len(data):
+        size = BatchHeader.parse(data, pos).total_size
+        if pos + size > len(data):
+            return   # a partial batch at the end of a response
+        yield from iter_records(data, pos)
+        pos += size
+
+
 def read_partition(bootstrap: str, topic: str, partition: int, timeout: float = 60) -> tuple[list, list, int]:
     """Everything a consumer can read from one broker (no redirects): ([(offset, value)],
     [raw batch bytes], high watermark)."""
@@ -220,7 +232,7 @@ def read_partition(bootstrap: str, topic: str, partition: int, timeout: float = 
                 size = int.from_bytes(data[pos + 8:pos + 12], "big") + 12
                 batches.append(data[pos:pos + size])
                 pos += size
-            for rec in iter_records(data):
+            for rec in iter_all_records(data):
                 if rec.offset >= offset:
                     out.append((rec.offset, rec.value))
             offset = max(offset, out[-1][0] + 1 if out else offset)

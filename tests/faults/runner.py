@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import time
 from pathlib import Path
@@ -25,6 +26,7 @@ TOPIC = "faults"
 PARTITIONS = 2
 RESULTS = Path(os.environ.get("CANOPY_FAULTS_RESULTS", Path(__file__).resolve().parents[2] / ".cache" /
                               "faults-results.jsonl"))
+LOGS = RESULTS.parent / "faults-logs"   # broker logs of failed runs
 
 
 def rounds_for(quick: int = 2, full: int = 20) -> int:
@@ -145,6 +147,14 @@ def run_nemesis(nemesis_cls: type[Nemesis], root: Path, rounds: int) -> dict:
         firewall.close()
         logs = {n.node_id: n.log_tail(3000) for n in cluster.nodes.values()}
         cluster.stop()
+        if verdict is None or not verdict.ok or stats["crashes"]:
+            # Kept for diagnosis (pytest's tmp_path is recycled): the brokers' whole logs.
+            keep = LOGS / f"{nemesis_cls.name}-{time.strftime('%Y%m%dT%H%M%S')}"
+            keep.mkdir(parents=True, exist_ok=True)
+            for n in cluster.nodes.values():
+                if n.log_path.exists():
+                    shutil.copy(n.log_path, keep / n.log_path.name)
+            stats["kept_logs"] = str(keep)
         for m in mounted:
             umount(m)
     stats["total_s"] = round(time.monotonic() - t_start, 1)

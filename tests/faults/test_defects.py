@@ -8,6 +8,7 @@ from protocol.records import iter_records
 from tests.e2e.rawclient import RawClient, make_batch, produce
 
 from .cluster import FaultCluster, wait_for
+from .history import iter_all_records
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -111,8 +112,7 @@ def _read_values(bootstrap: str, topic: str, partition: int = 0) -> list[bytes]:
         c.close()
     p = r["responses"][0]["partitions"][0]
     assert p["error_code"] == 0, p
-    data = bytes(p["records"] or b"")
-    return [rec.value for rec in iter_records(data)] if data else []
+    return [rec.value for rec in iter_all_records(bytes(p["records"] or b""))]
 
 
 DAMAGE = {
