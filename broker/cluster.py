@@ -251,6 +251,10 @@ class Cluster:
         registry = self.broker.topics
         try:
             local = registry.get(t.name)
+            if local is not None and local.rebuilt:
+                # Its topic.json was damaged and rebuilt with a made-up id: the cluster's
+                # id and configs are the real ones, and its logs are this topic's.
+                registry.adopt(local, t.topic_id, dict(t.configs))
             if local is not None and local.topic_id != t.topic_id:
                 self._delete_local(t.name)   # deleted and re-created while we were away
                 local = None

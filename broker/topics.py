@@ -24,10 +24,10 @@ from pathlib import Path
 import trio
 
 from protocol.errors import ErrorCode
-from protocol.records import validate_batches
+from protocol.records import iter_records, validate_batches
 from replication.replica_state import EpochCache, LeaderState
 from replication.tree import children_of, parent_of
-from storage import Log, LogConfig
+from storage import Log, LogConfig, StorageError, replace_durably
 
 from .producer_state import ProducerStateTable
 
@@ -264,6 +264,7 @@ class Topic:
     configs: dict[str, str]
     directory: Path
     partitions: list[Partition] = field(default_factory=list)
+    rebuilt: bool = False   # topic.json was damaged at start and rebuilt from the directory
 
     @property
     def is_internal(self) -> bool:
@@ -275,9 +276,34 @@ class Topic:
 
     def save(self) -> None:
         meta = {"topic_id": str(self.topic_id), "partitions": len(self.partitions), "configs": self.configs}
-        tmp = self.directory / "topic.json.tmp"
-        tmp.write_text(json.dumps(meta, indent=1, sort_keys=True))
-        os.replace(tmp, self.directory / "topic.json")
+        replace_durably(self.directory / "topic.json", json.dumps(meta, indent=1, sort_keys=True))
+
+
+def _partition_dirs(d: Path) -> list[int]:
+    return sorted(int(p.name) for p in d.iterdir() if p.is_dir() and p.name.isdigit())
+
+
+def _read_topic_json(path: Path) -> dict:
+    """topic.json's fields, checked; ValueError (with the reason) when it is damaged."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"unreadable: {e}") from None
+    if not text.strip():
+        raise ValueError("empty")
+    try:
+        meta = json.loads(text)
+        topic_id = uuid.UUID(meta["topic_id"])
+        partitions = meta["partitions"]
+        configs = meta.get("configs", {})
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"not valid topic metadata: {type(e).__name__}: {e}") from None
+    if not isinstance(partitions, int) or isinstance(partitions, bool) or not 1 <= partitions <= 10_000:
+        raise ValueError(f"bad partition count {partitions!r}")
+    if not isinstance(configs, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                 for k, v in configs.items()):
+        raise ValueError("bad configs")
+    return {"topic_id": topic_id, "partitions": partitions, "configs": configs}
 
 
 class TopicRegistry:
@@ -374,20 +400,68 @@ class TopicRegistry:
 
     # -- lifecycle -------------------------------------------------------------
     def load(self) -> None:
+        """Open every topic under the data directory. A damaged topic.json (empty, torn,
+        not JSON, missing fields) never stops the broker: the topic is rebuilt from what
+        its directory shows, or, when nothing can be rebuilt, left offline (its files
+        untouched) with one ERROR line; every other topic is served."""
+        damaged = []
         for d in sorted(self.root.iterdir()):
-            meta_path = d / "topic.json"
-            if not meta_path.exists():
-                if d.name.endswith(".deleting"):
-                    shutil.rmtree(d, ignore_errors=True)
+            if not d.is_dir():
                 continue
-            meta = json.loads(meta_path.read_text())
-            topic = Topic(d.name, uuid.UUID(meta["topic_id"]), meta.get("configs", {}), d)
-            lc = self.log_config(topic.configs)
-            for i in range(meta["partitions"]):
-                topic.partitions.append(self._partition(topic, i, Log(d / str(i), lc)))
-            self.topics[topic.name] = topic
-            self.by_id[topic.topic_id] = topic
+            meta_path = d / "topic.json"
+            if d.name.endswith(".deleting"):
+                shutil.rmtree(d, ignore_errors=True)
+                continue
+            if not meta_path.exists():
+                # delete() unlinks topic.json before renaming the directory away, and
+                # create() writes it last: without it the directory is no topic.
+                continue
+            try:
+                meta = _read_topic_json(meta_path)
+            except ValueError as e:
+                damaged.append((d, str(e)))
+                continue
+            self._open_topic(d, meta["topic_id"], meta["configs"], meta["partitions"])
+        for d, why in damaged:
+            parts = _partition_dirs(d)
+            if not parts:
+                log.error("%s is damaged (%s) and %s holds no partition logs: topic %s is offline",
+                          d / "topic.json", why, d, d.name)
+                continue
+            try:
+                # A new id and the broker defaults; in a cluster the broker adopts the
+                # cluster's id and configs for it when it reads the metadata store
+                # (broker/cluster.py), instead of taking it for a deleted topic.
+                topic = self._open_topic(d, uuid.uuid4(), {}, max(parts) + 1, log_loaded=False)
+                topic.rebuilt = True
+                topic.save()
+            except (OSError, ValueError, TopicError) as e:
+                log.error("%s is damaged (%s) and the topic could not be rebuilt (%s): topic %s is offline",
+                          d / "topic.json", why, e, d.name)
+                continue
+            log.error("%s is damaged (%s): rebuilt from %s: %d partitions, a new topic id and the broker "
+                      "default configs (a cluster member takes both from the metadata store)",
+                      d / "topic.json", why, d, len(topic.partitions))
+
+    def _open_topic(self, d: Path, topic_id: uuid.UUID, configs: dict, partitions: int,
+                    log_loaded: bool = True) -> Topic:
+        topic = Topic(d.name, topic_id, configs, d)
+        lc = self.log_config(topic.configs)
+        for i in range(partitions):
+            topic.partitions.append(self._partition(topic, i, Log(d / str(i), lc)))
+        self.topics[topic.name] = topic
+        self.by_id[topic.topic_id] = topic
+        if log_loaded:
             log.info("loaded topic %s (%d partitions)", topic.name, len(topic.partitions))
+        return topic
+
+    def adopt(self, topic: Topic, topic_id: uuid.UUID, configs: dict[str, str]) -> None:
+        """Give a rebuilt topic the identity the cluster knows it by."""
+        self.by_id.pop(topic.topic_id, None)
+        topic.topic_id, topic.configs, topic.rebuilt = topic_id, configs, False
+        self.by_id[topic_id] = topic
+        topic.save()
+        log.info("topic %s: id %s and configs from the cluster metadata", topic.name, topic_id)
 
     def get(self, name: str) -> Topic | None:
         return self.topics.get(name)
@@ -451,7 +525,7 @@ class TopicRegistry:
         graveyard = topic.directory.with_name(topic.directory.name + f".{uuid.uuid4().hex[:8]}.deleting")
         (topic.directory / "topic.json").unlink(missing_ok=True)
         for p in topic.partitions:
-            p.log.close()
+            p.log.close(flush=False)   # no fsync on the event loop for data being deleted
             p.notify_append()
         os.replace(topic.directory, graveyard)
         shutil.rmtree(graveyard, ignore_errors=True)

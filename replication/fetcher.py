@@ -4,7 +4,10 @@ It is the Kafka replica fetcher: Fetch with replica_id = our node id, starting a
 end offset, appending the upstream's batches byte for byte (same offsets, same CRCs,
 same leader epochs) and taking the high watermark from each response. Before fetching
 for a partition whose leader epoch changed, it asks the upstream where its own log
-diverged (OffsetForLeaderEpoch, KIP-101/279) and truncates the divergent tail.
+diverged (OffsetForLeaderEpoch, KIP-101/279) and truncates the divergent tail. Every
+Fetch also carries the epoch of its last batch (last_fetched_epoch); an upstream whose
+log diverged from ours answers diverging_epoch (KIP-320/595) and we truncate before
+appending, so a tail survives at no tier of the tree.
 
 The partitions are duck-typed (``log``, ``append_replicated``, ``truncate_to``,
 ``set_follower_high_watermark``, ``latest_epoch``, ``end_offset_for_epoch``,
@@ -133,6 +136,16 @@ class UpstreamFetcher:
             return
         if err:
             return   # epoch fencing / not a replica yet: metadata will catch up
+        diverging = r.get("diverging_epoch") or {}
+        if diverging.get("end_offset", -1) >= 0:
+            # KIP-320: the upstream's log ends epoch `epoch` at `end_offset`, before our
+            # fetch offset: our tail past it never existed upstream. Truncate to the
+            # earlier of the two ends of that epoch, then fetch again.
+            epoch, end = diverging["epoch"], diverging["end_offset"]
+            target = min(end, p.end_offset_for_epoch(epoch)[1]) if epoch >= 0 else end
+            if target < p.log.log_end_offset:
+                p.truncate_to(target)
+            return
         records = r["records"]
         if records:
             try:

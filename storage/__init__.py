@@ -4,13 +4,14 @@ Imports only protocol.records; no network I/O, no Trio.  See log.py and
 segment.py for the on-disk format and its crash guarantees.
 """
 
+from .files import replace_durably
 from .lock import DataDirLock, DataDirLocked
 from .log import (
-    AppendResult, Log, LogConfig, OffsetOutOfRange, ReadResult, StorageError,
+    AppendResult, Log, LogConfig, LogOffline, OffsetOutOfRange, ReadResult, StorageError,
 )
 from .segment import Segment, StorageFull
 
 __all__ = [
-    "AppendResult", "DataDirLock", "DataDirLocked", "Log", "LogConfig",
-    "OffsetOutOfRange", "ReadResult", "Segment", "StorageError", "StorageFull",
+    "AppendResult", "DataDirLock", "DataDirLocked", "Log", "LogConfig", "LogOffline",
+    "OffsetOutOfRange", "ReadResult", "Segment", "StorageError", "StorageFull", "replace_durably",
 ]

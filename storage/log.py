@@ -61,6 +61,15 @@ class OffsetOutOfRange(StorageError):
         self.log_end_offset = log_end_offset
 
 
+class LogOffline(StorageError):
+    """An fsync of this log failed: it is offline until the broker restarts (Kafka takes
+    a log directory offline on any I/O error). After a failed fsync the kernel may have
+    dropped the dirty pages, so nothing written since the last good fsync can be trusted
+    or acknowledged; appends and reads raise this (KAFKA_STORAGE_ERROR, 56)."""
+
+    error_code = 56
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -185,6 +194,9 @@ class Log:
         self._bases: list[int] = []     # base offsets, parallel to _segments
         self._closed = False
         self.flushed_offset = 0
+        self.truncations = 0            # bumped by truncate_to (see flush)
+        self.offline: str | None = None  # why, once an fsync failed (LogOffline)
+        self._checkpoint_unsynced = False
         self.recovered_truncations = 0  # torn tails cut by recovery (for logs/tests)
         self._load()
 
@@ -197,13 +209,28 @@ class Log:
             return 0
 
     def _write_checkpoint(self, offset: int) -> None:
-        """Write-then-rename, fsynced: a crash leaves the old or the new value."""
+        """Write-then-rename: a process crash leaves the old or the new value. The fsyncs
+        are left to the next ``flush`` (a worker thread under the interval/always policies):
+        this runs on the broker's event loop (retention, DeleteRecords), where two fsyncs
+        would stall every connection. Kafka likewise checkpoints the log start offset
+        asynchronously. Should a machine crash lose the file, recovery falls back to the
+        first segment's base offset."""
         tmp = self.directory / (CHECKPOINT + ".tmp")
         with open(tmp, "w") as f:
             f.write(f"{offset}\n")
-            f.flush()
-            os.fsync(f.fileno())
         os.replace(tmp, self.directory / CHECKPOINT)
+        self._checkpoint_unsynced = True
+
+    def _sync_checkpoint(self) -> None:
+        self._checkpoint_unsynced = False
+        try:
+            fd = os.open(self.directory / CHECKPOINT, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         self._fsync_dir()
 
     def _fsync_dir(self) -> None:
@@ -287,6 +314,8 @@ class Log:
         — both lie outside the CRC'd range, so no per-record work.  LogAppendTime
         is the caller's job (set_log_append_time) before this call.
         """
+        if self.offline:
+            raise LogOffline(self.offline)
         batch_length, last_offset_delta, max_timestamp = _APPEND_FIELDS.unpack_from(batch, 0)
         size = batch_length + LOG_OVERHEAD
         if size != len(batch):
@@ -313,6 +342,8 @@ class Log:
         batch's base offset must be >= the log end offset: equal normally,
         greater only when the upstream's log has gaps (compaction).
         """
+        if self.offline:
+            raise LogOffline(self.offline)
         headers = validate_batches(batches, strict=False)
         if not headers:
             raise InvalidRecordBatch("no record batch to append")
@@ -402,6 +433,8 @@ class Log:
         later batches stop before exceeding ``max_bytes``; batches starting at
         or beyond ``upper_offset`` (the high watermark) are withheld.
         """
+        if self.offline:
+            raise LogOffline(self.offline)
         self._check_range(fetch_offset)
         upper = self.log_end_offset if upper_offset is None else min(upper_offset, self.log_end_offset)
         regions: list = []
@@ -609,8 +642,10 @@ class Log:
         if seg._log_mm is None:
             seg.activate(self.config.segment_bytes)
         seg.truncate_entries(keep)
-        self.log_end_offset = seg.next_offset if seg.entries else max(seg.base_offset, offset)
-        self.flushed_offset = min(self.flushed_offset, self.log_end_offset)
+        with self._lock:
+            self.truncations += 1
+            self.log_end_offset = seg.next_offset if seg.entries else max(seg.base_offset, offset)
+            self.flushed_offset = min(self.flushed_offset, self.log_end_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete everything; the log restarts empty at ``offset``."""
@@ -621,8 +656,10 @@ class Log:
         with self._lock:
             self._segments.append(new)
             self._bases.append(offset)
-        self.log_start_offset = self.log_end_offset = offset
-        self.flushed_offset = offset
+        with self._lock:
+            self.truncations += 1
+            self.log_start_offset = self.log_end_offset = offset
+            self.flushed_offset = offset
         self._write_checkpoint(offset)
 
     # -- durability -----------------------------------------------------------
@@ -639,6 +676,9 @@ class Log:
         """
         with self._flush_lock:
             target = self.log_end_offset
+            truncations = self.truncations
+            if self.offline:
+                raise LogOffline(self.offline)
             with self._lock:
                 if self._closed:
                     return self.flushed_offset
@@ -647,6 +687,8 @@ class Log:
                 for s, _ in work:
                     s.pins += 1
             try:
+                if self._checkpoint_unsynced:
+                    self._sync_checkpoint()
                 if any(s.needs_dir_sync for s, _ in work):
                     for s, _ in work:
                         s.needs_dir_sync = False
@@ -654,17 +696,34 @@ class Log:
                 for s, committed in work:
                     if not s.deleted:
                         s.flush_to(committed)
+            except OSError as e:
+                if self._closed:
+                    raise   # closed by DeleteTopics meanwhile: not a disk fault
+                # Never retry a failed fsync and report success: the kernel may already
+                # have dropped the pages it could not write ("fsyncgate").
+                self.offline = f"fsync of {self.directory} failed: {e.strerror or e}"
+                raise LogOffline(self.offline) from e
             finally:
                 self._unpin([s for s, _ in work])
-            if target > self.flushed_offset:
-                self.flushed_offset = target
+            # A truncation while this flush ran lowered flushed_offset; raising it again
+            # would claim offsets that were cut (and maybe rewritten) as durable.
+            with self._lock:
+                if truncations != self.truncations:
+                    return self.flushed_offset
+                if target > self.flushed_offset:
+                    self.flushed_offset = target
             return target
 
-    def close(self) -> None:
-        """Flush, trim the active segment's preallocated tail, close files."""
+    def close(self, flush: bool = True) -> None:
+        """Flush (unless ``flush=False``: the log is about to be deleted), trim the active
+        segment's preallocated tail, close files."""
         if self._closed:
             return
-        self.flush()
+        if flush and not self.offline:
+            try:
+                self.flush()
+            except LogOffline:
+                pass   # logged where it happened; recovery re-checks the tail on start
         with self._lock:
             self._closed = True
             for seg in self._segments:

@@ -45,6 +45,7 @@ import errno
 import logging
 import mmap
 import os
+import threading
 import struct
 import sys
 import time
@@ -169,6 +170,12 @@ class Segment:
         self._index_capacity = 0  # entries the .index file/mapping can hold
         self.size = 0             # committed length
         self.flushed_length = 0
+        # Bumped by every truncation (owning thread). A flush in a worker thread that
+        # began before a truncation must not raise flushed_length afterwards: the bytes
+        # it synced may since have been cut and rewritten, and recovery trusts every byte
+        # below flushed_length without a CRC check.
+        self.truncations = 0
+        self._flush_state = threading.Lock()
         self.entries = 0
         self.next_offset = base_offset      # last_offset + 1 of the last batch
         self.max_timestamp = -1             # running max over the segment
@@ -578,10 +585,12 @@ class Segment:
         self.entries = keep
         self.max_timestamp = self._entry_maxts(keep - 1) if keep else -1
         self.next_offset = self._entry_last(keep - 1) + 1 if keep else self.base_offset
-        _COMMIT.pack_into(self._index_mm, _COMMITTED_AT, new_size)
-        if self.flushed_length > new_size:
-            self.flushed_length = new_size
-            _COMMIT.pack_into(self._index_mm, _FLUSHED_AT, new_size)
+        with self._flush_state:
+            self.truncations += 1
+            _COMMIT.pack_into(self._index_mm, _COMMITTED_AT, new_size)
+            if self.flushed_length > new_size:
+                self.flushed_length = new_size
+                _COMMIT.pack_into(self._index_mm, _FLUSHED_AT, new_size)
         self._zero_index_from(keep)
         self.size = new_size
         # Make the lower committed/flushed lengths durable before new data can
@@ -617,12 +626,16 @@ class Segment:
         May run in a worker thread while the owning thread appends."""
         if committed <= self.flushed_length:
             return
+        generation = self.truncations
         os.fdatasync(self.log_fd)
-        self.flushed_length = committed
-        try:
-            _COMMIT.pack_into(self._index_mm, _FLUSHED_AT, committed)
-        except (ValueError, TypeError):  # closed by a concurrent close()
-            return
+        with self._flush_state:
+            if generation != self.truncations or committed > self.size:
+                return   # truncated meanwhile: what was synced is no longer what is there
+            self.flushed_length = committed
+            try:
+                _COMMIT.pack_into(self._index_mm, _FLUSHED_AT, committed)
+            except (ValueError, TypeError):  # closed by a concurrent close()
+                return
         self._sync_index()
 
     def _sync_index(self) -> None:

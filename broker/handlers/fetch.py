@@ -3,7 +3,7 @@
 v4 isolation_level and last_stable_offset (canopy has no transactions: LSO = high
 watermark); v5 log_start_offset; v7 fetch sessions (KIP-227); v9 current_leader_epoch
 (KIP-320); v10 zstd; v11 rack_id and preferred_read_replica (KIP-392); v12 flexible with
-last_fetched_epoch. v13+ name topics by id only, so they are not offered: the Java client
+last_fetched_epoch, answered with diverging_epoch when a replica's log has diverged. v13+ name topics by id only, so they are not offered: the Java client
 then keeps using names.
 
 Rules clients depend on:
@@ -24,7 +24,7 @@ import trio
 from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
 from protocol.schema import ExternalBytes
-from storage import OffsetOutOfRange
+from storage import LogOffline, OffsetOutOfRange
 
 from ..broker import monotonic_ms
 
@@ -41,7 +41,8 @@ def check_leader_epoch(partition, requested: int) -> ErrorCode:
 
 
 class _PartitionRead:
-    __slots__ = ("topic_name", "request", "partition", "error", "result", "preferred_read_replica")
+    __slots__ = ("topic_name", "request", "partition", "error", "result", "preferred_read_replica",
+                 "diverging_epoch")
 
     def __init__(self, topic_name, request, partition):
         self.topic_name = topic_name
@@ -50,6 +51,23 @@ class _PartitionRead:
         self.error = ErrorCode.NONE
         self.result = None
         self.preferred_read_replica = -1
+        self.diverging_epoch = None
+
+
+def diverging_epoch(p, fetch_offset: int, last_fetched_epoch: int) -> tuple[int, int] | None:
+    """KIP-320/KIP-595: a replica fetching at ``fetch_offset`` whose last batch carries
+    ``last_fetched_epoch`` has diverged from this log when this log's end of that epoch
+    (or of the largest epoch below it) lies before ``fetch_offset``, or this log has no
+    such epoch: answer (epoch, end offset) so it truncates there before appending. Checked
+    on every replica Fetch, at every tier of the tree, so a follower that answered an
+    OffsetForLeaderEpoch before truncating its own tail cannot leave its children
+    holding that tail."""
+    if last_fetched_epoch is None or last_fetched_epoch < 0:
+        return None
+    epoch, end = p.end_offset_for_epoch(last_fetched_epoch)
+    if epoch < last_fetched_epoch or end < fetch_offset:
+        return epoch, end
+    return None
 
 
 def preferred_read_replica(broker, p, rack_id: str | None) -> int:
@@ -87,13 +105,25 @@ def _read_all(broker, reads: list[_PartitionRead], max_bytes: int, replica_id: i
             continue
         if r.preferred_read_replica >= 0:
             continue
+        if p.log.offline:
+            r.error = ErrorCode.KAFKA_STORAGE_ERROR   # an fsync failed: Kafka's offline log
+            continue
         fetch_offset = r.request["fetch_offset"]
         # Replicas read up to the log end; consumers never past the high watermark.
         hw = p.log.log_end_offset if replica_id >= 0 else p.high_watermark
-        if fetch_offset > hw or fetch_offset < p.log_start_offset:
+        # Only offsets outside [log start, log end] are out of range (Kafka's rule). An
+        # offset between the HW and the log end is valid but not yet readable: the answer
+        # is an empty partition, so a consumer that saw records up to a failed leader's HW,
+        # or reads from a follower whose HW lags (KIP-392), just waits instead of
+        # resetting to earliest (replay) or latest (silent skip).
+        if fetch_offset > p.log.log_end_offset or fetch_offset < p.log_start_offset:
             r.error = ErrorCode.OFFSET_OUT_OF_RANGE
             continue
-        if fetch_offset == hw:
+        if replica_id >= 0:
+            r.diverging_epoch = diverging_epoch(p, fetch_offset, r.request.get("last_fetched_epoch", -1))
+            if r.diverging_epoch is not None:
+                continue
+        if fetch_offset >= hw:
             continue
         # After the first non-empty partition, the response budget applies; the first
         # batch overall is always whole (storage returns it even when over the limit).
@@ -104,6 +134,9 @@ def _read_all(broker, reads: list[_PartitionRead], max_bytes: int, replica_id: i
             r.result = p.log.read(fetch_offset, max(limit, 1), upper_offset=hw, min_one_batch=not total)
         except OffsetOutOfRange:
             r.error = ErrorCode.OFFSET_OUT_OF_RANGE
+            continue
+        except LogOffline:
+            r.error = ErrorCode.KAFKA_STORAGE_ERROR   # an fsync failed: Kafka's offline log
             continue
         total += r.result.size
         budget = max_bytes - total
@@ -144,7 +177,8 @@ async def handle(ctx, request: dict, version: int) -> dict:
     # A Fetch naming no partitions (the Java consumer sends one on close) is answered at once;
     # a replica is also answered as soon as the high watermark moved past what it was last
     # told, so the HW travels down the tree without waiting for new data.
-    while (reads and total < min_bytes and not any(r.error or r.preferred_read_replica >= 0 for r in reads)
+    while (reads and total < min_bytes
+           and not any(r.error or r.preferred_read_replica >= 0 or r.diverging_epoch for r in reads)
            and not (replica_id >= 0 and _hw_news(reads, replica_id))):
         remaining = deadline - trio.current_time()
         if remaining <= 0:
@@ -177,7 +211,11 @@ async def handle(ctx, request: dict, version: int) -> dict:
             records = b""
             if r.result is not None:
                 r.result.release()
+        extra = {}
+        if r.diverging_epoch is not None:
+            extra["diverging_epoch"] = {"epoch": r.diverging_epoch[0], "end_offset": r.diverging_epoch[1]}
         responses[r.topic_name].append({
+            **extra,
             "partition_index": r.request["partition"],
             "error_code": r.error,
             "high_watermark": hw,

@@ -658,3 +658,36 @@ def test_large_batches_use_pwrite_path_and_round_trip(tmp_path):
     log = Log(d, cfg)
     assert log.log_end_offset == end and log.read(0, 1 << 30).read_bytes() == data
     log.close()
+
+
+def test_flush_racing_a_truncation_never_raises_the_flushed_length(tmp_path, monkeypatch):
+    """Issue 10, defect 10: a flush in its worker thread fsyncs while the owning thread
+    truncates (a follower cutting a divergent tail). The flush must not then record the
+    pre-truncation length as flushed: recovery trusts bytes below flushed_length unchecked,
+    and those bytes are about to be rewritten by new appends."""
+    log = Log(tmp_path / "p", LogConfig())
+    for _ in range(10):
+        log.append(batch(), leader_epoch=0)
+    seg = log._segments[-1]
+    in_fsync, release = threading.Event(), threading.Event()
+    real_fdatasync = os.fdatasync
+
+    def slow_fdatasync(fd):
+        if threading.current_thread().name == "flusher" and fd == seg.log_fd:
+            in_fsync.set()
+            release.wait(10)
+        return real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+    flusher = threading.Thread(target=log.flush, name="flusher")
+    flusher.start()
+    assert in_fsync.wait(10)
+    log.truncate_to(15)                 # meanwhile, on the owning thread
+    release.set()
+    flusher.join(10)
+    assert seg.flushed_length <= seg.size, (seg.flushed_length, seg.size)
+    assert log.flushed_offset <= log.log_end_offset == 15
+    log.close()
+    reopened = Log(tmp_path / "p", LogConfig())
+    assert reopened.log_end_offset == 15 and all_offsets(reopened) == list(range(15))
+    reopened.close()
