@@ -461,7 +461,7 @@ class TopicRegistry:
         topic.topic_id, topic.configs, topic.rebuilt = topic_id, configs, False
         self.by_id[topic_id] = topic
         topic.save()
-        log.info("topic %s: id %s and configs from the cluster metadata", topic.name, topic_id)
+        log.info("topic %s: topic id and configs from the cluster metadata (id %s)", topic.name, topic_id)
 
     def get(self, name: str) -> Topic | None:
         return self.topics.get(name)

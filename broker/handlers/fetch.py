@@ -96,8 +96,10 @@ def _read_all(broker, reads: list[_PartitionRead], max_bytes: int, replica_id: i
         if p is None:
             r.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             continue
-        if not p.is_replica or (p.fenced and replica_id >= 0):
-            # A fenced former leader must not feed followers a log it may have lost.
+        if not p.is_replica or p.fenced:
+            # A fenced former leader (restarted, awaiting the controller's decision) is
+            # neither leader nor follower: it must not feed followers or consumers a log
+            # it may have lost.
             r.error = ErrorCode.NOT_LEADER_OR_FOLLOWER
             continue
         r.error = check_leader_epoch(p, r.request.get("current_leader_epoch", -1))
