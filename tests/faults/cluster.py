@@ -193,11 +193,13 @@ class FaultCluster:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "FaultCluster":
-        # cgroups left by a crashed run: rmdir removes only empty ones (no process inside)
+        # cgroups left by a crashed run: rmdir removes only empty ones (no process inside),
+        # and only old ones (another run may have made its own a moment ago)
         for stale in (CGROUP2 / CGROUP_PARENT).glob("*/n*"):
             try:
-                stale.rmdir()
-                stale.parent.rmdir()
+                if time.time() - stale.stat().st_mtime > 3600:
+                    stale.rmdir()
+                    stale.parent.rmdir()
             except OSError:
                 pass
         for n in self.nodes.values():
