@@ -8,6 +8,9 @@ name topics by id only.
 Auto-creation: kcat, librdkafka and Java producers expect a topic they ask for to appear;
 canopy creates it at once and answers with the real metadata (Kafka may instead answer
 LEADER_NOT_AVAILABLE while creating; both are accepted by clients).
+
+Brokers are listed with their endpoints on the listener the request arrived on (KIP-103):
+a client outside the brokers' network is told addresses it can reach.
 """
 import trio
 
@@ -17,6 +20,7 @@ from protocol.schema import ZERO_UUID
 
 from replication.client import PeerError
 
+from ..listeners import request_listener
 from ..topics import INTERNAL_TOPICS, TopicError, validate_topic_name
 
 API_KEY = ApiKey.METADATA
@@ -117,7 +121,7 @@ async def handle(ctx, request: dict, version: int) -> dict:
     if broker.cluster.enabled:
         auto = (request.get("allow_auto_topic_creation", True) if version >= 4 else True) \
             and broker.config.auto_create_topics
-        return {"throttle_time_ms": 0, "brokers": broker.brokers(), "cluster_id": broker.config.cluster_id,
+        return {"throttle_time_ms": 0, "brokers": broker.brokers(request_listener(ctx)), "cluster_id": broker.config.cluster_id,
                 "controller_id": broker.controller_id,
                 "topics": await _cluster_handle(ctx, request, version, auto)}
     requested = request.get("topics")
@@ -154,7 +158,7 @@ async def handle(ctx, request: dict, version: int) -> dict:
             topics.append(topic_metadata(broker, topic, version))
     return {
         "throttle_time_ms": 0,
-        "brokers": broker.brokers(),
+        "brokers": broker.brokers(request_listener(ctx)),
         "cluster_id": broker.config.cluster_id,
         "controller_id": broker.controller_id,
         "topics": topics,
