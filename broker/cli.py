@@ -31,6 +31,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="NAME:PROTOCOL,... (default: each protocol name is a listener of that protocol)")
     s.add_argument("--inter-broker-listener-name", dest="inter_broker_listener_name",
                    help="the listener brokers use among themselves")
+    s.add_argument("--ssl-keystore-location", dest="ssl_keystore_location",
+                   help="PEM file with the broker's certificate chain and private key (SSL listeners)")
+    s.add_argument("--ssl-key-password", dest="ssl_key_password", help="password of an encrypted private key")
+    s.add_argument("--ssl-truststore-location", dest="ssl_truststore_location",
+                   help="PEM CA certificates client certificates are verified against")
+    s.add_argument("--ssl-client-auth", dest="ssl_client_auth", choices=["none", "requested", "required"])
     s.add_argument("--node-id", dest="node_id", type=int, help="this broker's node id")
     s.add_argument("--config", help="TOML config file")
     s.add_argument("--flush", choices=["async", "interval", "always"], help="flush policy")

@@ -44,6 +44,11 @@ class BrokerConfig:
     advertised_listeners: str = ""         # NAME://HOST:PORT,... (default: the bound address)
     listener_security_protocol_map: str = ""   # NAME:PROTOCOL,... (default: Kafka's, name = protocol)
     inter_broker_listener_name: str = ""   # default: the only listener, else PLAINTEXT
+    # TLS (SSL listeners; broker/security/tls.py), named after Kafka's ssl.* options.
+    ssl_keystore_location: str = ""        # PEM: the broker's certificate chain and private key
+    ssl_key_password: str = ""             # the private key's password, if it is encrypted
+    ssl_truststore_location: str = ""      # PEM CA certificates that client certificates must chain to
+    ssl_client_auth: str = "none"          # none | requested | required (mTLS)
     node_id: int = 0
     cluster_id: str = "canopy-cluster"
     rack: str | None = None
@@ -102,8 +107,30 @@ class BrokerConfig:
         etcd as its host/port, and what other brokers dial for replication and forwarding."""
         return self.listener_config.inter_broker_address
 
+    @functools.cached_property
+    def ssl_context(self):
+        """The server SSLContext of SSL listeners (None when there are none)."""
+        if not any(x.security_protocol == "SSL" for x in self.listener_config.listeners):
+            return None
+        from .security.tls import TLSConfigError, server_context
+        try:
+            return server_context(self.ssl_keystore_location, self.ssl_key_password,
+                                  self.ssl_truststore_location, self.ssl_client_auth)
+        except TLSConfigError as e:
+            raise ConfigError(str(e)) from None
+
     def validate(self) -> "BrokerConfig":
-        self.listener_config
+        lc = self.listener_config
+        self.ssl_context
+        if self.ssl_client_auth not in ("none", "requested", "required"):
+            raise ConfigError(f"ssl-client-auth must be one of none, requested, required, got {self.ssl_client_auth!r}")
+        if self.is_cluster:
+            inter = next(x for x in lc.listeners if x.name == lc.inter_broker)
+            if inter.security_protocol != "PLAINTEXT":
+                # replication/client.py (followers, forwarding, the controller) speaks plaintext only
+                raise ConfigError(f"inter-broker listener {inter.name} is {inter.security_protocol}: brokers "
+                                  "talk PLAINTEXT to each other for now; name a PLAINTEXT listener in "
+                                  "inter-broker-listener-name")
         if self.flush not in FLUSH_POLICIES:
             raise ConfigError(f"flush must be one of {', '.join(FLUSH_POLICIES)}, got {self.flush!r}")
         if self.node_id < 0:

@@ -73,12 +73,17 @@ class Connection:
         # Allocated when the first bytes arrive and dropped again while idle.
         self.reader: FrameReader | None = None
 
+    async def wait_readable(self) -> None:
+        await trio.lowlevel.wait_readable(self.stream.socket)
+
+    async def recv_into(self, buffer) -> int:
+        return await self.stream.socket.recv_into(buffer)
+
     async def run(self) -> None:
-        sock = self.stream.socket
         try:
             while True:
                 if self.reader is None:
-                    await trio.lowlevel.wait_readable(sock)
+                    await self.wait_readable()
                     self.reader = FrameReader(self.broker.config.max_request_bytes)
                 request = self.reader.next_frame()
                 if request is None:
@@ -86,14 +91,14 @@ class Connection:
                     # once by the kernel here and once by storage into the segment.
                     if self.reader.buffered == 0:
                         with trio.move_on_after(IDLE_RELEASE_S):
-                            n = await sock.recv_into(self.reader.get_buffer())
+                            n = await self.recv_into(self.reader.get_buffer())
                             if not n:
                                 return
                             self.reader.commit(n)
                             continue
                         self.reader = None  # idle: release the buffer
                         continue
-                    n = await sock.recv_into(self.reader.get_buffer())
+                    n = await self.recv_into(self.reader.get_buffer())
                     if not n:
                         return
                     self.reader.commit(n)
@@ -227,9 +232,13 @@ class Connection:
 
 async def _serve_async(config: BrokerConfig, listener_socks: dict[str, trio.socket.SocketType], broker: Broker,
                        task_status=trio.TASK_STATUS_IGNORED) -> None:
+    classes = connection_classes(config)
+
     def handler_for(name: str):
+        cls = classes[name]
+
         async def handle(stream: trio.SocketStream) -> None:
-            await Connection(broker, stream, name).run()
+            await cls(broker, stream, name).run()
         return handle
 
     async with trio.open_nursery() as nursery:
@@ -244,6 +253,18 @@ async def _serve_async(config: BrokerConfig, listener_socks: dict[str, trio.sock
         for name, sock in listener_socks.items():
             nursery.start_soon(partial(trio.serve_listeners, handler_for(name), [trio.SocketListener(sock)],
                                        handler_nursery=nursery))
+
+
+def connection_classes(config: BrokerConfig) -> dict[str, type]:
+    """The connection class of each listener: plaintext (zero-copy) or TLS."""
+    out = {}
+    for lst in config.listener_config.listeners:
+        if lst.security_protocol == "SSL":
+            from .security.tls import tls_connection_class
+            out[lst.name] = tls_connection_class(Connection, config.ssl_context)
+        else:
+            out[lst.name] = Connection
+    return out
 
 
 async def _watch_signals(cancel_scope: trio.CancelScope) -> None:
