@@ -140,9 +140,9 @@ def tls_connection_class(base, context: ssl.SSLContext):
                 with trio.CancelScope(shield=True):
                     await self.stream.aclose()
                 return
-            self.principal = principal_of(self.tls._ssl_object)
+            self.principal = principal_of(self.tls)
             log.debug("connection %s from %s on listener %s: TLS %s, principal %s", self.id, self.peer,
-                      self.listener, self.tls._ssl_object.version(), self.principal)
+                      self.listener, self.tls.version(), self.principal)
             await super().run()
 
         async def wait_readable(self) -> None:
@@ -168,7 +168,32 @@ def tls_connection_class(base, context: ssl.SSLContext):
             n = min(len(buffer), len(self._pending))
             buffer[:n] = self._pending[:n]
             self._pending = self._pending[n:]
+            if not self._pending:
+                n += self._drain_into(buffer, n)
             return n
+
+        def _drain_into(self, buffer, at: int) -> int:
+            """Decrypt what has already arrived straight into ``buffer[at:]``, without
+            waiting. SSLStream.receive_some returns one TLS record per call, and librdkafka
+            writes one record per buffer slice (about one per message), so a 1 MB Produce
+            would otherwise take ~1000 trips through the scheduler (measured: TLS produce
+            at 0.22 of plaintext). Only this task reads the stream, so reading the
+            SSLObject directly between receive_some calls is safe; anything it wants to
+            write (a TLS 1.3 key update) goes out with the next send."""
+            sslobj = getattr(self.tls, "_ssl_object", None)
+            if sslobj is None:
+                return 0
+            view = memoryview(buffer)[at:]
+            got = 0
+            while got < len(view):
+                try:
+                    k = sslobj.read(len(view) - got, view[got:])
+                except ssl.SSLError:
+                    break   # nothing decryptable buffered (or an error receive_some will raise)
+                if not k:
+                    break
+                got += k
+            return got
 
         async def send_bytes(self, data: bytes) -> None:
             if not data:
