@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, Producer
 from tests.e2e.conftest import require_tool
 from tests.etcd_cluster import gateway_call
 
-from .conftest import cluster_metadata, wait_for
+from .conftest import ComposeCluster, cluster_metadata, wait_for
 
 N = 2000
 
@@ -103,3 +103,29 @@ def test_host_client_on_external_listener_produces_and_consumes(cluster):
         end = cluster.log_end_offset(leader, "outside", p)
         wait_for(lambda: all(cluster.log_end_offset(r, "outside", p) == end for r in replicas),
                  f"partition {p} replicated to {replicas}", timeout=60)
+
+
+def test_leader_without_the_clients_listener_is_listener_not_found(tmp_path):
+    """A broker configured without EXTERNAL (as during a rolling change): clients on EXTERNAL
+    are not told about it, and partitions it leads answer LISTENER_NOT_FOUND with leader -1,
+    as Kafka's MetadataCache does; INTERNAL clients see every broker."""
+    c = ComposeCluster(tmp_path)
+    four = c.nodes[4]
+    four.env["CANOPY_LISTENERS"] = four.env["CANOPY_LISTENERS"].split(",")[0]            # INTERNAL only
+    four.env["CANOPY_ADVERTISED_LISTENERS"] = four.env["CANOPY_ADVERTISED_LISTENERS"].split(",")[0]
+    assert four.env["CANOPY_LISTENERS"].startswith("INTERNAL://")
+    try:
+        c.start()
+        c.create_topic("rolling", partitions=8)
+        internal_view = c.metadata("rolling", via=1)
+        led_by_four = {p for p, (leader, *_rest) in internal_view.items() if leader == 4}
+        assert led_by_four and len(led_by_four) < 8, internal_view
+        r = cluster_metadata(c.nodes[1].external_bootstrap, ["rolling"])
+        assert sorted(b["node_id"] for b in r["brokers"]) == [1, 2, 3]
+        for p in r["topics"][0]["partitions"]:
+            if p["partition_index"] in led_by_four:
+                assert (p["error_code"], p["leader_id"]) == (72, -1), p     # LISTENER_NOT_FOUND
+            else:
+                assert p["error_code"] == 0 and p["leader_id"] == internal_view[p["partition_index"]][0], p
+    finally:
+        c.stop()
