@@ -290,7 +290,8 @@ def bind_listeners(config: BrokerConfig) -> dict[str, socket.socket]:
 
 def bind_listener(host: str, port: int) -> socket.socket:
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        # An empty host (Kafka's `PLAINTEXT://:9092`) means every interface.
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as e:
         raise StartupError(f"cannot resolve listen address {host!r}: {e.strerror}") from None
     family, _, _, _, addr = infos[0]

@@ -187,3 +187,14 @@ def test_listeners_from_environment(tmp_path):
         assert _brokers(f"127.0.0.1:{port}") == [("127.0.0.1", port)]
     finally:
         b.stop()
+
+
+def test_empty_host_binds_every_interface(tmp_path):
+    """Kafka's `listeners=PLAINTEXT://:9092` form: every interface, advertised (without
+    advertised-listeners) as loopback."""
+    port = free_port("0.0.0.0")
+    b = ListenersBroker(tmp_path, ["--listeners", f"PLAINTEXT://:{port}"], [("127.0.0.1", port), ("127.0.0.2", port)])
+    try:
+        assert _brokers(f"127.0.0.2:{port}") == [("127.0.0.1", port)]
+    finally:
+        b.stop()
