@@ -88,8 +88,8 @@ class BrokerConfig:
         """The resolved listeners (broker/listeners.py ListenerConfig)."""
         from .listeners import ListenerError, build
         try:
-            return build(listen=self.listen, listen_given=self.listen != DEFAULT_LISTEN, advertise=self.advertise, listeners=self.listeners,
-                         advertised_listeners=self.advertised_listeners,
+            return build(listen=self.listen, listen_given=self.listen != DEFAULT_LISTEN, advertise=self.advertise,
+                         listeners=self.listeners, advertised_listeners=self.advertised_listeners,
                          protocol_map=self.listener_security_protocol_map,
                          inter_broker_listener_name=self.inter_broker_listener_name)
         except ListenerError as e:
