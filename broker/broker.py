@@ -157,9 +157,10 @@ class Broker:
     def advertised(self) -> tuple[str, int]:
         return self.config.advertised_addr
 
-    def brokers(self) -> list[dict]:
-        """The brokers Metadata/DescribeCluster report (the live ones of a cluster)."""
-        return self.cluster.brokers()
+    def brokers(self, listener: str | None = None) -> list[dict]:
+        """The brokers Metadata/DescribeCluster report (the live ones of a cluster), with
+        their endpoints on ``listener`` (None: the inter-broker listener)."""
+        return self.cluster.brokers(listener)
 
     def racks(self) -> dict[int, str | None]:
         return self.cluster.racks()

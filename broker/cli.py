@@ -24,6 +24,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--data-dir", dest="data_dir", help="data directory (default ./data)")
     s.add_argument("--listen", help="HOST:PORT to listen on (default 127.0.0.1:9092)")
     s.add_argument("--advertise", help="HOST:PORT clients are told to connect to")
+    s.add_argument("--listeners", help="named listeners NAME://HOST:PORT,... (instead of --listen)")
+    s.add_argument("--advertised-listeners", dest="advertised_listeners",
+                   help="NAME://HOST:PORT,... clients of each listener are told to connect to")
+    s.add_argument("--listener-security-protocol-map", dest="listener_security_protocol_map",
+                   help="NAME:PROTOCOL,... (default: each protocol name is a listener of that protocol)")
+    s.add_argument("--inter-broker-listener-name", dest="inter_broker_listener_name",
+                   help="the listener brokers use among themselves")
+    s.add_argument("--ssl-keystore-location", dest="ssl_keystore_location",
+                   help="PEM file with the broker's certificate chain and private key (SSL listeners)")
+    s.add_argument("--ssl-key-password", dest="ssl_key_password", help="password of an encrypted private key")
+    s.add_argument("--ssl-truststore-location", dest="ssl_truststore_location",
+                   help="PEM CA certificates client certificates are verified against")
+    s.add_argument("--ssl-client-auth", dest="ssl_client_auth", choices=["none", "requested", "required"])
     s.add_argument("--node-id", dest="node_id", type=int, help="this broker's node id")
     s.add_argument("--config", help="TOML config file")
     s.add_argument("--flush", choices=["async", "interval", "always"], help="flush policy")

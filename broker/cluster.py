@@ -33,8 +33,8 @@ import trio
 
 from controller.controller import Controller, ControllerError
 from controller.etcd import Compare, EtcdClient, EtcdError, Op, WatchCompacted, parse_endpoints
-from controller.image import (CLUSTER_KEY, PREFIX, PRODUCER_ID_BLOCK_KEY, ClusterImage, PartitionImage, TopicImage, broker_key,
-                              encode, partition_key)
+from controller.image import (CLUSTER_KEY, PREFIX, PRODUCER_ID_BLOCK_KEY, ClusterImage, PartitionImage, TopicImage,
+                              broker_key, broker_registration, encode, partition_key)
 from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
 from replication.client import PeerConnection, PeerError
@@ -87,13 +87,21 @@ class Cluster:
     def is_controller(self) -> bool:
         return not self.enabled or self.controller.active
 
-    def brokers(self) -> list[dict]:
-        """Registered (live) brokers, as Metadata and DescribeCluster report them."""
+    def brokers(self, listener: str | None = None) -> list[dict]:
+        """Registered (live) brokers, as Metadata and DescribeCluster report them: their
+        endpoints on ``listener`` (the one the request arrived on; None = inter-broker).
+        As in Kafka, a broker without that listener is left out: its address on another
+        listener is one this client may not be able to reach."""
         if not self.enabled:
-            host, port = self.config.advertised_addr
+            lc = self.config.listener_config
+            host, port = lc.advertised.get(listener or lc.inter_broker, lc.inter_broker_address)
             return [{"node_id": self.node_id, "host": host, "port": port, "rack": self.config.rack}]
-        return [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
-                for _, b in sorted(self.image.brokers.items())]
+        out = []
+        for _, b in sorted(self.image.brokers.items()):
+            addr = b.address(listener)
+            if addr is not None:
+                out.append({"node_id": b.node_id, "host": addr[0], "port": addr[1], "rack": b.rack})
+        return out
 
     def racks(self) -> dict[int, str | None]:
         if not self.enabled:
@@ -328,8 +336,8 @@ class Cluster:
     async def _keep_registered(self) -> None:
         backoff = 0.1
         me = broker_key(self.node_id)
-        host, port = self.config.advertised_addr
-        value = encode({"host": host, "port": port, "rack": self.config.rack})
+        host, port = self.config.advertised_addr   # the inter-broker listener's
+        value = encode(broker_registration(host, port, self.config.rack, self.config.listener_config.advertised))
         while True:
             try:
                 if not self.lease_id:

@@ -5,6 +5,7 @@ in the TOML file and `CANOPY_LISTEN` in the environment (compose sets them that 
 """
 from __future__ import annotations
 
+import functools
 import os
 import tomllib
 from dataclasses import dataclass, fields
@@ -29,13 +30,25 @@ def parse_hostport(value: str, what: str) -> tuple[str, int]:
 
 
 FLUSH_POLICIES = ("async", "interval", "always")
+DEFAULT_LISTEN = "127.0.0.1:9092"
 
 
 @dataclass
 class BrokerConfig:
     data_dir: Path = Path("./data")
-    listen: str = "127.0.0.1:9092"
+    listen: str = DEFAULT_LISTEN
     advertise: str | None = None          # what Metadata tells clients; defaults to listen
+    # Named listeners (KIP-103; broker/listeners.py). Empty: one PLAINTEXT listener made of
+    # listen/advertise, as before listeners existed.
+    listeners: str = ""                    # NAME://HOST:PORT,...
+    advertised_listeners: str = ""         # NAME://HOST:PORT,... (default: the bound address)
+    listener_security_protocol_map: str = ""   # NAME:PROTOCOL,... (default: Kafka's, name = protocol)
+    inter_broker_listener_name: str = ""   # default: the only listener, else PLAINTEXT
+    # TLS (SSL listeners; broker/security/tls.py), named after Kafka's ssl.* options.
+    ssl_keystore_location: str = ""        # PEM: the broker's certificate chain and private key
+    ssl_key_password: str = ""             # the private key's password, if it is encrypted
+    ssl_truststore_location: str = ""      # PEM CA certificates that client certificates must chain to
+    ssl_client_auth: str = "none"          # none | requested | required (mTLS)
     node_id: int = 0
     cluster_id: str = "canopy-cluster"
     rack: str | None = None
@@ -70,20 +83,54 @@ class BrokerConfig:
     def is_cluster(self) -> bool:
         return bool(self.metadata_store.strip())
 
+    @functools.cached_property
+    def listener_config(self):
+        """The resolved listeners (broker/listeners.py ListenerConfig)."""
+        from .listeners import ListenerError, build
+        try:
+            return build(listen=self.listen, listen_given=self.listen != DEFAULT_LISTEN, advertise=self.advertise,
+                         listeners=self.listeners, advertised_listeners=self.advertised_listeners,
+                         protocol_map=self.listener_security_protocol_map,
+                         inter_broker_listener_name=self.inter_broker_listener_name)
+        except ListenerError as e:
+            raise ConfigError(str(e)) from None
+
     @property
     def listen_addr(self) -> tuple[str, int]:
-        return parse_hostport(self.listen, "listen")
+        """The inter-broker listener's bound address."""
+        lc = self.listener_config
+        return next((lst.host, lst.port) for lst in lc.listeners if lst.name == lc.inter_broker)
 
     @property
     def advertised_addr(self) -> tuple[str, int]:
-        host, port = parse_hostport(self.advertise or self.listen, "advertise")
-        if host in ("0.0.0.0", "::", ""):
-            host = "127.0.0.1"
-        return host, port
+        """The inter-broker listener's advertised address: what this broker registers in
+        etcd as its host/port, and what other brokers dial for replication and forwarding."""
+        return self.listener_config.inter_broker_address
+
+    @functools.cached_property
+    def ssl_context(self):
+        """The server SSLContext of SSL listeners (None when there are none)."""
+        if not any(x.security_protocol == "SSL" for x in self.listener_config.listeners):
+            return None
+        from .security.tls import TLSConfigError, server_context
+        try:
+            return server_context(self.ssl_keystore_location, self.ssl_key_password,
+                                  self.ssl_truststore_location, self.ssl_client_auth)
+        except TLSConfigError as e:
+            raise ConfigError(str(e)) from None
 
     def validate(self) -> "BrokerConfig":
-        self.listen_addr
-        self.advertised_addr
+        lc = self.listener_config
+        self.ssl_context
+        if self.ssl_client_auth not in ("none", "requested", "required"):
+            raise ConfigError(f"ssl-client-auth must be one of none, requested, required, got {self.ssl_client_auth!r}")
+        if self.is_cluster:
+            inter = next(x for x in lc.listeners if x.name == lc.inter_broker)
+            if inter.security_protocol != "PLAINTEXT":
+                # replication/client.py (followers, forwarding, the controller) speaks plaintext only
+                raise ConfigError(f"inter-broker listener {inter.name} is {inter.security_protocol}: brokers "
+                                  "talk PLAINTEXT to each other for now; name a PLAINTEXT listener in "
+                                  "inter-broker-listener-name")
         if self.flush not in FLUSH_POLICIES:
             raise ConfigError(f"flush must be one of {', '.join(FLUSH_POLICIES)}, got {self.flush!r}")
         if self.node_id < 0:

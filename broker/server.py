@@ -1,4 +1,4 @@
-"""The Trio server: one listener, one task per connection, requests answered in order.
+"""The Trio server: one socket per listener, one task per connection, requests answered in order.
 
 Kafka processes one request per connection at a time (the socket server mutes a channel
 until its response is sent), and clients rely on responses arriving in request order;
@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import socket
+from functools import partial
 from itertools import count
 
 import trio
@@ -60,9 +61,12 @@ class RequestContext:
 
 
 class Connection:
-    def __init__(self, broker: Broker, stream: trio.SocketStream):
+    def __init__(self, broker: Broker, stream: trio.SocketStream, listener: str = "PLAINTEXT"):
         self.broker = broker
         self.stream = stream
+        # The listener the connection arrived on: Metadata, FindCoordinator and
+        # DescribeCluster answer with the other brokers' endpoints on this listener.
+        self.listener = listener
         self.id = next(_conn_ids)
         try:
             self.peer = "%s:%s" % stream.socket.getpeername()[:2]
@@ -71,12 +75,17 @@ class Connection:
         # Allocated when the first bytes arrive and dropped again while idle.
         self.reader: FrameReader | None = None
 
+    async def wait_readable(self) -> None:
+        await trio.lowlevel.wait_readable(self.stream.socket)
+
+    async def recv_into(self, buffer) -> int:
+        return await self.stream.socket.recv_into(buffer)
+
     async def run(self) -> None:
-        sock = self.stream.socket
         try:
             while True:
                 if self.reader is None:
-                    await trio.lowlevel.wait_readable(sock)
+                    await self.wait_readable()
                     self.reader = FrameReader(self.broker.config.max_request_bytes)
                 request = self.reader.next_frame()
                 if request is None:
@@ -84,14 +93,14 @@ class Connection:
                     # once by the kernel here and once by storage into the segment.
                     if self.reader.buffered == 0:
                         with trio.move_on_after(IDLE_RELEASE_S):
-                            n = await sock.recv_into(self.reader.get_buffer())
+                            n = await self.recv_into(self.reader.get_buffer())
                             if not n:
                                 return
                             self.reader.commit(n)
                             continue
                         self.reader = None  # idle: release the buffer
                         continue
-                    n = await sock.recv_into(self.reader.get_buffer())
+                    n = await self.recv_into(self.reader.get_buffer())
                     if not n:
                         return
                     self.reader.commit(n)
@@ -275,21 +284,41 @@ def _read_into_page_cache(fd: int, position: int, size: int) -> None:
 _RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 0)
 
 
-async def _serve_async(config: BrokerConfig, listener_sock: trio.socket.SocketType, broker: Broker,
+async def _serve_async(config: BrokerConfig, listener_socks: dict[str, trio.socket.SocketType], broker: Broker,
                        task_status=trio.TASK_STATUS_IGNORED) -> None:
-    listener = trio.SocketListener(listener_sock)
+    classes = connection_classes(config)
 
-    async def handle(stream: trio.SocketStream) -> None:
-        await Connection(broker, stream).run()
+    def handler_for(name: str):
+        cls = classes[name]
+
+        async def handle(stream: trio.SocketStream) -> None:
+            await cls(broker, stream, name).run()
+        return handle
 
     async with trio.open_nursery() as nursery:
         await nursery.start(broker.run_background)
         nursery.start_soon(_watch_signals, nursery.cancel_scope)
-        host, port = config.listen_addr
-        log.info("canopy node %d serving on %s:%d (advertised %s:%d), data in %s, flush=%s",
-                 config.node_id, host, port, *config.advertised_addr, config.data_dir, config.flush)
+        lc = config.listener_config
+        log.info("canopy node %d serving on %s (advertised %s; inter-broker %s), data in %s, flush=%s",
+                 config.node_id, ", ".join(map(str, lc.listeners)),
+                 ", ".join("%s://%s:%d" % (n, *a) for n, a in lc.advertised.items()), lc.inter_broker,
+                 config.data_dir, config.flush)
         task_status.started()
-        await trio.serve_listeners(handle, [listener], handler_nursery=nursery)
+        for name, sock in listener_socks.items():
+            nursery.start_soon(partial(trio.serve_listeners, handler_for(name), [trio.SocketListener(sock)],
+                                       handler_nursery=nursery))
+
+
+def connection_classes(config: BrokerConfig) -> dict[str, type]:
+    """The connection class of each listener: plaintext (zero-copy) or TLS."""
+    out = {}
+    for lst in config.listener_config.listeners:
+        if lst.security_protocol == "SSL":
+            from .security.tls import tls_connection_class
+            out[lst.name] = tls_connection_class(Connection, config.ssl_context)
+        else:
+            out[lst.name] = Connection
+    return out
 
 
 async def _watch_signals(cancel_scope: trio.CancelScope) -> None:
@@ -300,10 +329,23 @@ async def _watch_signals(cancel_scope: trio.CancelScope) -> None:
             return
 
 
-def bind_listener(config: BrokerConfig) -> socket.socket:
-    host, port = config.listen_addr
+def bind_listeners(config: BrokerConfig) -> dict[str, socket.socket]:
+    """One bound socket per listener; all or nothing."""
+    out: dict[str, socket.socket] = {}
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        for lst in config.listener_config.listeners:
+            out[lst.name] = bind_listener(lst.host, lst.port)
+    except BaseException:
+        for sock in out.values():
+            sock.close()
+        raise
+    return out
+
+
+def bind_listener(host: str, port: int) -> socket.socket:
+    try:
+        # An empty host (Kafka's `PLAINTEXT://:9092`) means every interface.
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as e:
         raise StartupError(f"cannot resolve listen address {host!r}: {e.strerror}") from None
     family, _, _, _, addr = infos[0]
@@ -350,24 +392,29 @@ def serve(config: BrokerConfig) -> None:
     except DataDirLocked as e:
         raise StartupError(str(e)) from None
     try:
-        raw = bind_listener(config)
-        broker = Broker(config)
+        raw = bind_listeners(config)
         try:
-            trio.run(_run, config, raw, broker)
+            broker = Broker(config)
+            try:
+                trio.run(_run, config, raw, broker)
+            finally:
+                broker.close()
         finally:
-            broker.close()
+            for sock in raw.values():
+                sock.close()
     finally:
         lock.release()
 
 
-async def _run(config: BrokerConfig, raw: socket.socket, broker: Broker) -> None:
+async def _run(config: BrokerConfig, raw: dict[str, socket.socket], broker: Broker) -> None:
     from .cluster import StoreUnavailable
     try:
         await broker.cluster.connect()
     except StoreUnavailable as e:
         raise StartupError(str(e)) from None
     try:
-        await _serve_async(config, trio.socket.from_stdlib_socket(raw), broker)
+        await _serve_async(config, {name: trio.socket.from_stdlib_socket(sock) for name, sock in raw.items()},
+                           broker)
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(2):
             await broker.cluster.aclose()

@@ -8,7 +8,9 @@ to read with ``etcdctl get --prefix /canopy/``)::
     /canopy/cluster                    {"id": uuid}              created once: which cluster this is
     /canopy/controller                 {"node_id": N}            leased; its create revision
                                                                  is the controller epoch
-    /canopy/brokers/<id>               {"host", "port", "rack"}  leased: a lost lease is a dead broker
+    /canopy/brokers/<id>               {"host", "port", "rack",  leased: a lost lease is a dead broker;
+                                        "listeners": {NAME:      host/port are the inter-broker
+                                          {"host", "port"}}}     listener's, listeners all advertised ones
     /canopy/topics/<name>              {"id", "configs", "fanout", "partitions": count}
     /canopy/partitions/<name>/<i>      {"replicas", "leader_epoch", "isr", "controller_epoch"}
     /canopy/producer_id_block          {"next": first id of the next free block}
@@ -47,13 +49,29 @@ def encode(value: dict) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
+def broker_registration(host: str, port: int, rack: str | None, listeners: dict[str, tuple[str, int]]) -> dict:
+    """The value of /canopy/brokers/<id>. ``host``/``port``: the inter-broker listener's
+    advertised address (what replication and forwarding dial); ``listeners``: every
+    advertised listener, so each broker can answer Metadata on any listener (KIP-103)."""
+    return {"host": host, "port": port, "rack": rack,
+            "listeners": {name: {"host": h, "port": p} for name, (h, p) in listeners.items()}}
+
+
 @dataclass
 class BrokerInfo:
     node_id: int
-    host: str
+    host: str                      # the inter-broker listener's advertised address
     port: int
     rack: str | None
     registered_revision: int = 0   # create revision of its key: which incarnation this is
+    listeners: dict[str, tuple[str, int]] = field(default_factory=dict)   # name -> advertised address
+
+    def address(self, listener: str | None) -> tuple[str, int] | None:
+        """The advertised address on ``listener`` (None: the inter-broker one). A broker
+        registered before listeners existed has only host/port: that is its one listener."""
+        if listener is None or not self.listeners:
+            return self.host, self.port
+        return self.listeners.get(listener)
 
 
 @dataclass
@@ -147,8 +165,10 @@ class ClusterImage:
             if data is None:
                 self.brokers.pop(node, None)
             else:
+                listeners = {str(name): (str(a["host"]), int(a["port"]))
+                             for name, a in (data.get("listeners") or {}).items()}
                 self.brokers[node] = BrokerInfo(node, str(data["host"]), int(data["port"]), data.get("rack"),
-                                                create_revision)
+                                                create_revision, listeners)
             return ""
         if key.startswith(TOPICS):
             name = key[len(TOPICS):]

@@ -1,8 +1,11 @@
 """DescribeCluster (key 60), versions 0-1 (always flexible).
 
 v1 adds endpoint_type (1 = brokers; 2 = controllers, which canopy does not expose
-separately, so it is answered with the brokers too)."""
+separately, so it is answered with the brokers too). Brokers are listed with their
+endpoints on the listener the request arrived on."""
 from protocol.messages import ApiKey
+
+from ..listeners import request_listener
 
 API_KEY = ApiKey.DESCRIBE_CLUSTER
 MIN_VERSION, MAX_VERSION = 0, 1
@@ -16,5 +19,5 @@ async def handle(ctx, request: dict, version: int) -> dict:
         "cluster_id": broker.config.cluster_id,
         "controller_id": broker.controller_id,
         "brokers": [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
-                    for b in broker.brokers()],
+                    for b in broker.brokers(request_listener(ctx))],
     }

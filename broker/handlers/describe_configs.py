@@ -26,9 +26,13 @@ def _entry(name: str, value: str, source: int, include_synonyms: bool) -> dict:
 
 def broker_configs(broker) -> dict[str, str]:
     c = broker.config
+    lc = c.listener_config
     return {
         "broker.id": str(c.node_id), "node.id": str(c.node_id),
-        "advertised.listeners": "PLAINTEXT://%s:%d" % c.advertised_addr,
+        "listeners": ",".join(map(str, lc.listeners)),
+        "advertised.listeners": ",".join("%s://%s:%d" % (n, *a) for n, a in lc.advertised.items()),
+        "listener.security.protocol.map": ",".join(f"{x.name}:{x.security_protocol}" for x in lc.listeners),
+        "inter.broker.listener.name": lc.inter_broker,
         "auto.create.topics.enable": str(c.auto_create_topics).lower(),
         "num.partitions": str(c.num_partitions), "log.retention.ms": str(c.log_retention_ms),
         "log.retention.bytes": str(c.log_retention_bytes), "log.segment.bytes": str(c.log_segment_bytes),

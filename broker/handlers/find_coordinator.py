@@ -15,13 +15,15 @@ from broker.groups.offsets_log import OFFSETS_TOPIC, partition_for
 from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
 
+from ..listeners import request_listener
+
 API_KEY = ApiKey.FIND_COORDINATOR
 MIN_VERSION, MAX_VERSION = 0, 4
 
 GROUP, TRANSACTION = 0, 1
 
 
-def _answer(broker, key_type: int, key: str) -> dict:
+def _answer(broker, key_type: int, key: str, listener: str | None) -> dict:
     if key_type != GROUP:
         err = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if key_type == TRANSACTION else ErrorCode.INVALID_REQUEST
         return {"error_code": err, "error_message": "canopy does not support transactions"
@@ -31,7 +33,8 @@ def _answer(broker, key_type: int, key: str) -> dict:
         broker.groups.load()
         topic = broker.topics.get(OFFSETS_TOPIC)
     node = topic.partitions[partition_for(key, len(topic.partitions))].leader if topic is not None else -1
-    b = next((b for b in broker.brokers() if b["node_id"] == node), None)
+    # The coordinator's address on the listener the request came in on (KIP-103).
+    b = next((b for b in broker.brokers(listener) if b["node_id"] == node), None)
     if b is None:
         return {"error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
                 "error_message": f"the leader of {OFFSETS_TOPIC} for this group is not available",
@@ -43,5 +46,5 @@ async def handle(ctx, request: dict, version: int) -> dict:
     key_type = request.get("key_type", GROUP)
     if version >= 4:
         return {"throttle_time_ms": 0, "coordinators": [
-            {"key": key, **_answer(ctx.broker, key_type, key)} for key in request["coordinator_keys"]]}
-    return {"throttle_time_ms": 0, **_answer(ctx.broker, key_type, request["key"])}
+            {"key": key, **_answer(ctx.broker, key_type, key, request_listener(ctx))} for key in request["coordinator_keys"]]}
+    return {"throttle_time_ms": 0, **_answer(ctx.broker, key_type, request["key"], request_listener(ctx))}

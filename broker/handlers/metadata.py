@@ -8,6 +8,9 @@ name topics by id only.
 Auto-creation: kcat, librdkafka and Java producers expect a topic they ask for to appear;
 canopy creates it at once and answers with the real metadata (Kafka may instead answer
 LEADER_NOT_AVAILABLE while creating; both are accepted by clients).
+
+Brokers are listed with their endpoints on the listener the request arrived on (KIP-103):
+a client outside the brokers' network is told addresses it can reach.
 """
 import trio
 
@@ -17,6 +20,7 @@ from protocol.schema import ZERO_UUID
 
 from replication.client import PeerError
 
+from ..listeners import request_listener
 from ..topics import INTERNAL_TOPICS, TopicError, validate_topic_name
 
 API_KEY = ApiKey.METADATA
@@ -36,18 +40,29 @@ def topic_metadata(broker, topic, version: int) -> dict:
     }
 
 
-def cluster_topic_metadata(broker, t) -> dict:
+def _leader_error(broker, leader: int, listed: set[int] | None) -> int:
+    # A leader whose registration lapsed is gone: Kafka answers LEADER_NOT_AVAILABLE
+    # with leader -1 until the controller elects another, and clients wait on it.
+    if not broker.is_alive(leader):
+        return ErrorCode.LEADER_NOT_AVAILABLE
+    # A live leader without the request's listener (brokers configured differently, e.g.
+    # during a rolling change) cannot be reached by this client: Kafka's MetadataCache
+    # answers LISTENER_NOT_FOUND with leader -1.
+    if listed is not None and leader not in listed:
+        return ErrorCode.LISTENER_NOT_FOUND
+    return 0
+
+
+def cluster_topic_metadata(broker, t, listed: set[int] | None = None) -> dict:
     """From the metadata image, so every broker answers the same: leader = tree root,
     replicas = the tree in breadth-first order, ISR = the committed ISR etcd holds (the
     leader and its caught-up direct children; deeper tiers replicate asynchronously and
-    are never in it)."""
+    are never in it). ``listed``: the brokers that have the request's listener."""
     return {
         "error_code": 0, "name": t.name, "topic_id": t.topic_id, "is_internal": t.name in INTERNAL_TOPICS,
         "partitions": [{
-            # A leader whose registration lapsed is gone: Kafka answers LEADER_NOT_AVAILABLE
-            # with leader -1 until the controller elects another, and clients wait on it.
-            "error_code": 0 if broker.is_alive(p.leader) else ErrorCode.LEADER_NOT_AVAILABLE,
-            "partition_index": i, "leader_id": p.leader if broker.is_alive(p.leader) else -1,
+            "error_code": (err := _leader_error(broker, p.leader, listed)),
+            "partition_index": i, "leader_id": p.leader if not err else -1,
             "leader_epoch": p.leader_epoch,
             "replica_nodes": list(p.replicas),
             "isr_nodes": list(p.isr),
@@ -56,7 +71,7 @@ def cluster_topic_metadata(broker, t) -> dict:
     }
 
 
-async def _cluster_handle(ctx, request: dict, version: int, auto_create: bool) -> list:
+async def _cluster_handle(ctx, request: dict, version: int, auto_create: bool, listed: set[int]) -> list:
     broker = ctx.broker
     cluster = broker.cluster
     image = cluster.image
@@ -64,7 +79,7 @@ async def _cluster_handle(ctx, request: dict, version: int, auto_create: bool) -
     if version == 0 and requested == []:
         requested = None
     if requested is None:
-        return [cluster_topic_metadata(broker, t) for t in image.topics.values()]
+        return [cluster_topic_metadata(broker, t, listed) for t in image.topics.values()]
     out = []
     for entry in requested:
         name = entry.get("name")
@@ -88,7 +103,7 @@ async def _cluster_handle(ctx, request: dict, version: int, auto_create: bool) -
                         else ErrorCode.UNKNOWN_TOPIC_ID, "name": name if name is not None or version >= 12 else "",
                         "topic_id": entry.get("topic_id") or ZERO_UUID, "partitions": []})
             continue
-        out.append(cluster_topic_metadata(broker, t))
+        out.append(cluster_topic_metadata(broker, t, listed))
     return out
 
 
@@ -117,9 +132,10 @@ async def handle(ctx, request: dict, version: int) -> dict:
     if broker.cluster.enabled:
         auto = (request.get("allow_auto_topic_creation", True) if version >= 4 else True) \
             and broker.config.auto_create_topics
-        return {"throttle_time_ms": 0, "brokers": broker.brokers(), "cluster_id": broker.config.cluster_id,
-                "controller_id": broker.controller_id,
-                "topics": await _cluster_handle(ctx, request, version, auto)}
+        brokers = broker.brokers(request_listener(ctx))
+        topics = await _cluster_handle(ctx, request, version, auto, {b["node_id"] for b in brokers})
+        return {"throttle_time_ms": 0, "brokers": brokers, "cluster_id": broker.config.cluster_id,
+                "controller_id": broker.controller_id, "topics": topics}
     requested = request.get("topics")
     if version == 0 and requested == []:
         requested = None
@@ -154,7 +170,7 @@ async def handle(ctx, request: dict, version: int) -> dict:
             topics.append(topic_metadata(broker, topic, version))
     return {
         "throttle_time_ms": 0,
-        "brokers": broker.brokers(),
+        "brokers": broker.brokers(request_listener(ctx)),
         "cluster_id": broker.config.cluster_id,
         "controller_id": broker.controller_id,
         "topics": topics,

@@ -5,7 +5,10 @@ as a local process: the etcd services as a real etcd cluster from Debian's packa
 (tests/etcd_cluster.py; members on 127.0.0.21, .22, ...), the brokers with their own
 command and environment, each bound to its own loopback address (127.0.0.11, .12, ... on
 one port, as containers would each have an address). Service host names and container
-ports in the environment are rewritten to those addresses.
+ports in the environment are rewritten to those addresses. A published port (the EXTERNAL
+listener, `ports: ["H:C"]`) becomes a free port P on 127.0.0.1, as the host sees it:
+`0.0.0.0:C` (what the container binds) and `localhost:H` (what it advertises) both become
+127.0.0.1:P, and a client there is a client on the host.
 """
 from __future__ import annotations
 
@@ -28,11 +31,13 @@ ETCD_CLIENT_PORT = 2379
 
 
 class Node:
-    def __init__(self, name: str, node_id: int, host: str, port: int, command: list[str], env: dict, log_path: Path):
+    def __init__(self, name: str, node_id: int, host: str, port: int, command: list[str], env: dict, log_path: Path,
+                 external: tuple[str, int] | None = None):
         self.name = name
         self.node_id = node_id
         self.host = host
         self.port = port
+        self.external = external   # the published (EXTERNAL listener) address, as the host sees it
         self.command = command
         self.env = env
         self.log_path = log_path
@@ -41,6 +46,11 @@ class Node:
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def external_bootstrap(self) -> str:
+        assert self.external is not None, f"{self.name} publishes no port"
+        return "%s:%d" % self.external
 
     def start(self) -> None:
         log = open(self.log_path, "ab")
@@ -111,8 +121,17 @@ class ComposeCluster:
         for name in broker_names:
             svc = services[name]
             env = dict(os.environ)
+            published = {}   # host port -> container port
+            for mapping in svc.get("ports") or []:
+                host_port, _, container_port = str(mapping).rpartition(":")
+                published[int(host_port)] = int(container_port)
+            assert len(published) <= 1, (name, published)
+            external = ("127.0.0.1", free_port("127.0.0.1")) if published else None
             for key, value in (svc.get("environment") or {}).items():
                 value = str(value)
+                for host_port, container_port in published.items():
+                    value = value.replace(f"0.0.0.0:{container_port}", "%s:%d" % external)
+                    value = value.replace(f"localhost:{host_port}", "%s:%d" % external)
                 for other, ip in hosts.items():
                     value = value.replace(f"{other}:{CONTAINER_PORT}", f"{ip}:{self.port}")
                 for other, endpoint in etcd_endpoints.items():
@@ -125,7 +144,7 @@ class ComposeCluster:
             command[0] = str(VENV_BIN / "canopy")
             node_id = int(env["CANOPY_NODE_ID"])
             self.nodes[node_id] = Node(name, node_id, hosts[name], self.port, command, env,
-                                       tmp_path / f"{name}.log")
+                                       tmp_path / f"{name}.log", external)
         first = services[broker_names[0]]["environment"]
         self.failure_timeout_ms = int(first["CANOPY_LEADER_FAILURE_TIMEOUT_MS"])
         self.lag_time_ms = int(first["CANOPY_REPLICA_LAG_TIME_MAX_MS"])

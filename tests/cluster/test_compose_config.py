@@ -6,8 +6,11 @@
    the test does too) and does not open the build context, so no image is built.
 2. Structural facts the cluster relies on, read with PyYAML from the resolved config:
    three etcd members from the upstream image forming one cluster, four brokers that all
-   name those members as their metadata store, unique node ids, advertised addresses that
-   are the services' own names, a data volume per broker and per etcd member.
+   name those members as their metadata store, unique node ids, a data volume per broker
+   and per etcd member, and listeners (parsed by the broker's own config loader): an
+   INTERNAL one the brokers use among themselves, advertised under the service's own name,
+   and an EXTERNAL one bound on the published container port and advertised as
+   localhost:<published host port>, so clients on the host reach every broker.
 """
 from __future__ import annotations
 
@@ -87,10 +90,6 @@ def test_four_brokers_share_the_metadata_store(resolved):
     node_ids = [int(e["CANOPY_NODE_ID"]) for e in envs.values()]
     assert len(set(node_ids)) == 4, f"node ids not unique: {node_ids}"
     for name, e in envs.items():
-        # what a broker advertises is the service's own name/hostname, on its listen port
-        host, _, port = e["CANOPY_ADVERTISE"].rpartition(":")
-        assert host in (name, services[name].get("hostname")), (name, e["CANOPY_ADVERTISE"])
-        assert e["CANOPY_LISTEN"].endswith(":" + port)
         assert "CANOPY_PEERS" not in e and "CANOPY_CONTROLLER" not in e
         assert set(services[name]["depends_on"]) == set(etcd_of(resolved))
     # a tree of four brokers: leader, two children, a grandchild
@@ -120,3 +119,30 @@ def test_services_build_canopy_and_run_serve(resolved):
     ports = [p["published"] if isinstance(p, dict) else p.split(":")[0]
              for svc in resolved["services"].values() for p in svc.get("ports", [])]
     assert len(set(map(str, ports))) == len(ports) == 4
+
+
+def test_internal_listener_for_brokers_external_one_for_the_host(resolved):
+    """The issue's repro: `kcat -b localhost:19092 -L` must list addresses the host can
+    dial, while brokers keep talking to each other by service name."""
+    from broker.config import load_config
+
+    for name, svc in brokers_of(resolved).items():
+        env = {k: str(v) for k, v in svc["environment"].items()}
+        assert "CANOPY_LISTEN" not in env and "CANOPY_ADVERTISE" not in env   # listeners replace them
+        lc = load_config({}, environ=env).listener_config
+        bound = {x.name: x for x in lc.listeners}
+        assert set(bound) == set(lc.advertised) == {"INTERNAL", "EXTERNAL"}, name
+        assert {x.security_protocol for x in lc.listeners} == {"PLAINTEXT"}
+        assert lc.inter_broker == "INTERNAL"
+        # INTERNAL: every interface of the container, advertised as the service's name
+        assert (bound["INTERNAL"].host, bound["INTERNAL"].port) == ("0.0.0.0", 9092)
+        assert lc.advertised["INTERNAL"] == (svc.get("hostname", name), 9092)
+        assert svc.get("hostname", name) == name
+        # EXTERNAL: bound on the container port that is published, advertised as the host port
+        [port] = svc["ports"]
+        if isinstance(port, dict):
+            published, target = int(port["published"]), int(port["target"])
+        else:
+            published, target = (int(x) for x in str(port).split(":"))
+        assert bound["EXTERNAL"].host == "0.0.0.0" and bound["EXTERNAL"].port == target, (name, port)
+        assert lc.advertised["EXTERNAL"] == ("localhost", published), name

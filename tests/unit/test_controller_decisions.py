@@ -8,7 +8,7 @@ from hypothesis import given, strategies as st
 
 from controller.decisions import changes_for_liveness, reassign
 from controller.image import (CONTROLLER_KEY, PRODUCER_ID_BLOCK_KEY, ClusterImage, PartitionImage, TopicImage,
-                              broker_key, encode, partition_key, topic_key)
+                              broker_key, broker_registration, encode, partition_key, topic_key)
 from replication.tree import children_of
 
 TOPIC_ID = uuid.UUID("00000000-0000-4000-8000-000000000001")
@@ -65,6 +65,22 @@ def test_broker_registration_put_and_delete():
     assert set(img.brokers) == {1}
     img.apply(broker_key(2), None, 8)                     # deleting twice is harmless
     assert set(img.brokers) == {1}
+
+
+def test_broker_registration_with_listeners():
+    """KIP-103: host/port are the inter-broker listener's; every listener is registered.
+    A value written before listeners existed is one listener, whatever its name."""
+    img = ClusterImage()
+    value = broker_registration("canopy-1", 9092, "r1", {"INTERNAL": ("canopy-1", 9092),
+                                                         "EXTERNAL": ("localhost", 19091)})
+    img.apply(broker_key(1), encode(value), 5, 5)
+    b = img.brokers[1]
+    assert (b.host, b.port, b.rack) == ("canopy-1", 9092, "r1")
+    assert b.address(None) == ("canopy-1", 9092)
+    assert b.address("EXTERNAL") == ("localhost", 19091)
+    assert b.address("CLIENT") is None                      # no such listener: not listed there
+    img.apply(broker_key(2), encode({"host": "127.0.0.2", "port": 9092, "rack": None}), 6, 6)
+    assert img.brokers[2].address("EXTERNAL") == img.brokers[2].address(None) == ("127.0.0.2", 9092)
 
 
 def test_topic_is_complete_only_when_every_partition_key_is_present():
