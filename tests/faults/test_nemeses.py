@@ -4,7 +4,7 @@ of the fault, then the checker (tests/faults/history.py). `make test` runs the n
 QUICK with a few rounds; `make faults` (CANOPY_FAULTS=full) runs every nemesis 20 times.
 
 QUICK lists the nemeses that pass on today's code; the others expose defects that the
-etcd-controller work fixes (issue 9; see docs/reliability.md) and join QUICK then.
+etcd-controller work is to fix (issue 9; see docs/reliability.md) and join QUICK then.
 """
 from __future__ import annotations
 
@@ -13,8 +13,12 @@ import pytest
 from . import nemesis as nem
 from .runner import FULL, rounds_for, run_nemesis, table
 
-QUICK = ["kill9-leader", "kill9-follower", "pause-follower", "partition-leader-children",
-         "partition-leader-clients", "clock-backward-leader", "disk-fsync-leader", "disk-full-follower"]
+# The nemeses that passed all 20 rounds of the full run (docs/reliability.md, "Faults").
+# kill9-leader passes at this size but not at 20 rounds; pause-*, partition-*-controller,
+# partition-controller-to-leader and clock-forward-controller lose acknowledged records
+# today (issue 10's defects 2, 4, 5, 8: the controller work of issue 9).
+QUICK = ["kill9-follower", "partition-leader-children", "partition-leader-clients", "clock-backward-leader",
+         "disk-fsync-leader", "disk-full-follower"]
 NEMESES = [n.name for n in nem.ALL] if FULL else QUICK
 
 pytestmark = pytest.mark.timeout(1800)
