@@ -3,8 +3,8 @@
 v4 isolation_level and last_stable_offset (canopy has no transactions: LSO = high
 watermark); v5 log_start_offset; v7 fetch sessions (KIP-227); v9 current_leader_epoch
 (KIP-320); v10 zstd; v11 rack_id and preferred_read_replica (KIP-392); v12 flexible with
-last_fetched_epoch, answered with diverging_epoch when a replica's log has diverged. v13+ name topics by id only, so they are not offered: the Java client
-then keeps using names.
+last_fetched_epoch, answered with diverging_epoch when a replica's log has diverged. v13+
+name topics by id only, so they are not offered: the Java client then keeps using names.
 
 Rules clients depend on:
 * Whole batches, starting with the one that contains fetch_offset; the first batch is

@@ -89,7 +89,8 @@ class FaultNode:
             argv = ["sh", "-c", f'export LD_PRELOAD="${{LD_PRELOAD:+$LD_PRELOAD }}{LIBFAKETIME}"; exec "$@"',
                     "sh", *argv]
         if self.cluster.with_fiu:
-            argv = ["fiu-run", "-x", *argv]
+            # the control fifos (<prefix>-<pid>.in/.out) live in the run's directory
+            argv = ["fiu-run", "-x", "-f", str(self.cluster.root / "fiu-ctrl"), *argv]
         return argv, env
 
     def start(self) -> None:
@@ -146,8 +147,8 @@ class FaultNode:
 
     def fiu(self, command: str) -> None:
         """Run a libfiu remote-control command in the running broker (fiu-ctrl)."""
-        subprocess.run(["fiu-ctrl", "-c", command, str(self.pid)], check=True, timeout=10,
-                       capture_output=True)
+        subprocess.run(["fiu-ctrl", "-f", str(self.cluster.root / "fiu-ctrl"), "-c", command, str(self.pid)],
+                       check=True, timeout=10, capture_output=True)
 
     def set_clock_offset(self, seconds: float) -> None:
         tmp = self.faketime_file.with_suffix(".tmp")
