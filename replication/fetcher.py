@@ -107,6 +107,7 @@ class UpstreamFetcher:
                 for p in ps]} for t, ps in by_topic.items()],
             "forgotten_topics_data": [], "rack_id": "",
         }
+        sent = {id(p): (p.leader_epoch, p.log.log_end_offset) for p in parts}
         resp = await self.conn.request(ApiKey.FETCH, FETCH_VERSION, request, timeout=self.wait_ms / 1000 + 30)
         if resp.get("error_code"):
             await trio.sleep(0.1)
@@ -115,6 +116,12 @@ class UpstreamFetcher:
         for p in parts:
             r = index.get((p.topic.name, p.index))
             if r is None:
+                continue
+            if (p.leader_epoch, p.log.log_end_offset) != sent[id(p)] or p.upstream != self.upstream_id:
+                # The answer is older than what happened here while it travelled: a new
+                # epoch (this replica may lead now and have appended its own batches), or
+                # a truncation. Appending it would put the old upstream's batches after
+                # them: drop it and fetch again under the new state.
                 continue
             self._apply(p, r)
 
