@@ -25,7 +25,7 @@ import trio
 
 from protocol.errors import ErrorCode
 from protocol.records import iter_records, validate_batches
-from replication.replica_state import EpochCache, LeaderState
+from replication.replica_state import EpochCache, LeaderState, truncation_point
 from replication.tree import children_of, parent_of
 from storage import Log, LogConfig, StorageError, replace_durably
 
@@ -240,6 +240,11 @@ class Partition:
     # -- leader epochs (OffsetForLeaderEpoch) ------------------------------------------
     def latest_epoch(self) -> int:
         return self.epochs.latest()
+
+    def truncation_point(self, upstream_epoch: int, upstream_end_offset: int) -> int:
+        """Where this replica cuts its log, given its upstream's end of an epoch
+        (OffsetForLeaderEpoch's answer, or a Fetch's diverging_epoch)."""
+        return truncation_point(self.epochs, self.log.log_end_offset, upstream_epoch, upstream_end_offset)
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         return self.epochs.end_offset_for(epoch, self.log.log_end_offset,

@@ -10,7 +10,7 @@ log diverged from ours answers diverging_epoch (KIP-320/595) and we truncate bef
 appending, so a tail survives at no tier of the tree.
 
 The partitions are duck-typed (``log``, ``append_replicated``, ``truncate_to``,
-``set_follower_high_watermark``, ``latest_epoch``, ``end_offset_for_epoch``,
+``set_follower_high_watermark``, ``latest_epoch``, ``truncation_point``,
 ``needs_truncation``, ``leader_epoch``), so this module does not depend on broker/.
 """
 from __future__ import annotations
@@ -85,15 +85,9 @@ class UpstreamFetcher:
             r = index.get((p.topic.name, p.index))
             if r is None or r["error_code"]:
                 continue   # upstream not ready for this epoch yet; try again next round
-            end_offset, epoch = r["end_offset"], r["leader_epoch"]
-            if end_offset >= 0:
-                target = end_offset
-                if 0 <= epoch < p.latest_epoch():
-                    # The upstream's last common epoch is older than ours: our entries for
-                    # later epochs are divergent, so cut at the end of that common epoch too.
-                    target = min(target, p.end_offset_for_epoch(epoch)[1])
-                if target < p.log.log_end_offset:
-                    p.truncate_to(target)
+            target = p.truncation_point(r["leader_epoch"], r["end_offset"])
+            if target < p.log.log_end_offset:
+                p.truncate_to(target)
             p.needs_truncation = False
 
     async def _fetch_once(self, parts: list) -> None:
@@ -113,6 +107,7 @@ class UpstreamFetcher:
                 for p in ps]} for t, ps in by_topic.items()],
             "forgotten_topics_data": [], "rack_id": "",
         }
+        sent = {id(p): (p.leader_epoch, p.log.log_end_offset) for p in parts}
         resp = await self.conn.request(ApiKey.FETCH, FETCH_VERSION, request, timeout=self.wait_ms / 1000 + 30)
         if resp.get("error_code"):
             await trio.sleep(0.1)
@@ -121,6 +116,12 @@ class UpstreamFetcher:
         for p in parts:
             r = index.get((p.topic.name, p.index))
             if r is None:
+                continue
+            if (p.leader_epoch, p.log.log_end_offset) != sent[id(p)] or p.upstream != self.upstream_id:
+                # The answer is older than what happened here while it travelled: a new
+                # epoch (this replica may lead now and have appended its own batches), or
+                # a truncation. Appending it would put the old upstream's batches after
+                # them: drop it and fetch again under the new state.
                 continue
             self._apply(p, r)
 
@@ -141,8 +142,7 @@ class UpstreamFetcher:
             # KIP-320: the upstream's log ends epoch `epoch` at `end_offset`, before our
             # fetch offset: our tail past it never existed upstream. Truncate to the
             # earlier of the two ends of that epoch, then fetch again.
-            epoch, end = diverging["epoch"], diverging["end_offset"]
-            target = min(end, p.end_offset_for_epoch(epoch)[1]) if epoch >= 0 else end
+            target = p.truncation_point(diverging["epoch"], diverging["end_offset"])
             if target < p.log.log_end_offset:
                 p.truncate_to(target)
             return

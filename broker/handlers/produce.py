@@ -26,7 +26,7 @@ from protocol.records import (NO_TIMESTAMP, TIMESTAMP_TYPE_MASK, InvalidRecordBa
                               max_timestamp_needs_recompute, record_timestamps,
                               set_create_time_max_timestamp, set_log_append_time,
                               validate_produce_records)
-from storage import StorageError
+from storage import LogOffline, StorageError
 
 from ..broker import now_ms
 
@@ -216,7 +216,19 @@ async def handle(ctx, request: dict, version: int) -> dict | None:
     if acks == 0:
         return None
     if appended:
-        await broker.flusher.wait_durable()
+        try:
+            await broker.flusher.wait_durable()
+        except LogOffline as e:
+            # The fsync covering this request failed: nothing it appended is durable. Kafka
+            # fails such a request with KAFKA_STORAGE_ERROR (and takes the log directory
+            # offline); an idempotent retry of a batch that did reach the disk is answered
+            # with its original offsets later.
+            for t in responses:
+                for r in t["partition_responses"]:
+                    if r["error_code"] == 0:
+                        r.update(error_code=ErrorCode.KAFKA_STORAGE_ERROR, base_offset=-1,
+                                 error_message=f"not durable: {e}")
+            committed_waits = []
     timeout_s = max(request["timeout_ms"], 0) / 1000
     for p, offset, epoch, r in committed_waits:
         # acks=all: answer once the high watermark covers the batch, i.e. every in-sync
