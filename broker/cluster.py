@@ -32,7 +32,7 @@ from pathlib import Path
 import trio
 
 from controller.controller import Controller, ControllerError
-from controller.etcd import Compare, EtcdClient, EtcdError, Op, WatchCompacted, parse_endpoints
+from controller.etcd import Compare, EtcdClient, EtcdError, EtcdUnavailable, Op, WatchCompacted, parse_endpoints
 from controller.image import (CLUSTER_KEY, PREFIX, PRODUCER_ID_BLOCK_KEY, ClusterImage, PartitionImage, TopicImage,
                               broker_key, broker_registration, encode, partition_key)
 from protocol.errors import ErrorCode
@@ -48,6 +48,7 @@ log = logging.getLogger("canopy.cluster")
 
 PRODUCER_ID_BLOCK = 1000   # Kafka's AllocateProducerIds hands out blocks of 1000 too
 ISR_TICK_S = 0.2
+CONTROLLER_CALL_RETRY_S = 8.0   # how long an admin request waits for an unanswering etcd
 
 
 class StoreUnavailable(Exception):
@@ -459,13 +460,23 @@ class Cluster:
             return on_error(f"controller {controller} is unreachable; metadata changes wait for it")
 
     async def controller_call(self, fn, *args, **kwargs):
-        """Run a controller operation; TopicError/ControllerError both carry a Kafka code."""
-        try:
-            return await fn(*args, **kwargs)
-        except ControllerError as e:
-            raise TopicError(e.code, str(e)) from None
-        except EtcdError as e:
-            raise TopicError(ErrorCode.REQUEST_TIMED_OUT, f"metadata store unavailable: {e}") from None
+        """Run a controller operation; TopicError/ControllerError both carry a Kafka code.
+        An etcd that does not answer (a member lost, an election under way) is retried for
+        a while: losing one member of three should be at most a brief pause. A write that
+        timed out may still have been applied; the retry then meets its guard (e.g.
+        TOPIC_ALREADY_EXISTS), as a client retrying against Kafka can."""
+        deadline = trio.current_time() + CONTROLLER_CALL_RETRY_S
+        while True:
+            try:
+                return await fn(*args, **kwargs)
+            except ControllerError as e:
+                raise TopicError(e.code, str(e)) from None
+            except EtcdUnavailable as e:
+                if trio.current_time() >= deadline:
+                    raise TopicError(ErrorCode.REQUEST_TIMED_OUT, f"metadata store unavailable: {e}") from None
+                await trio.sleep(0.25)
+            except EtcdError as e:
+                raise TopicError(ErrorCode.REQUEST_TIMED_OUT, f"metadata store error: {e}") from None
 
     async def forward_produce(self, partition, records, acks: int, timeout_ms: int, version: int) -> dict:
         upstream = partition.upstream

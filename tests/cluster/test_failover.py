@@ -324,7 +324,9 @@ def test_etcd_members_lost_and_back(cluster):
         # One of three members down: metadata changes go on.
         members[0].kill9()
         t0 = time.monotonic()
-        assert create(cluster.bootstrap(cluster.controller_id), "one-down")["error_code"] == 0
+        # (0, or 36 when a write that timed out during etcd's own election was applied
+        # and the controller's retry met its guard)
+        assert create(cluster.bootstrap(cluster.controller_id), "one-down")["error_code"] in (0, 36)
         cluster.create_topic("one-down-2")
         # Two of three down: no quorum. Metadata changes wait; the data path does not.
         members[1].kill9()
