@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import uuid
 from pathlib import Path
 
@@ -39,6 +38,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
 from replication.client import PeerConnection, PeerError
 from replication.fetcher import UpstreamFetcher
+from storage import replace_durably
 
 from .broker import monotonic_ms
 from .groups.offsets_log import OFFSETS_TOPIC, offsets_topic_configs
@@ -210,17 +210,7 @@ class Cluster:
                                        f"cluster ({', '.join(sorted(own)[:3])}...); a cluster member starts from an "
                                        "empty data directory")
             if store_id is not None:
-                tmp = path.with_suffix(".tmp")
-                with open(tmp, "w") as f:
-                    f.write(json.dumps({"id": store_id}))
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
-                fd = os.open(path.parent, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                replace_durably(path, json.dumps({"id": store_id}))
 
     def _report_unreadable(self, image: ClusterImage) -> None:
         for key in image.unreadable:
