@@ -120,6 +120,21 @@ def _read_values(bootstrap: str, topic: str, partition: int = 0) -> list[bytes]:
     return [rec.value for rec in iter_all_records(bytes(p["records"] or b""))]
 
 
+def _replica_read(bootstrap: str, topic: str) -> list[tuple[int, bytes]]:
+    """(offset, value) of every record up to the log end, read as a replica that is not in
+    the partition's tree would (replica_id 99: nobody's child, so no follower state moves)."""
+    c = RawClient(bootstrap)
+    try:
+        r = c.request(1, 12, {"replica_id": 99, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+                              "session_id": 0, "session_epoch": -1, "topics": [{"topic": topic, "partitions": [
+                                  {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]})
+    finally:
+        c.close()
+    p = r["responses"][0]["partitions"][0]
+    assert p["error_code"] == 0, p
+    return [(rec.offset, rec.value) for rec in iter_all_records(bytes(p["records"] or b""))]
+
+
 DAMAGE = {
     "empty": lambda text: "",
     "torn": lambda text: text[: len(text) // 2],
@@ -329,7 +344,11 @@ def test_replica_fetch_past_its_epoch_end_gets_the_diverging_epoch(tmp_path):
         # The killed leader comes back as a follower and ends with the new leader's bytes.
         cluster.nodes[old_leader].start()
         cluster.nodes[old_leader].wait_listening()
-        want = _read_values(lead.bootstrap, "div")
-        wait_for(lambda: _read_values(cluster.nodes[old_leader].bootstrap, "div") == want, "old leader converging")
+        # Compared as a replica reads them (up to the log end: the bytes themselves, not
+        # how far a follower's high watermark has travelled yet).
+        want = _replica_read(lead.bootstrap, "div")
+        assert len(want) == 15, want
+        wait_for(lambda: _replica_read(cluster.nodes[old_leader].bootstrap, "div") == want, "old leader converging",
+                 timeout=60)
     finally:
         cluster.stop()
