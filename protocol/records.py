@@ -375,10 +375,8 @@ def max_timestamp_needs_recompute(h: BatchHeader) -> bool:
             or h.attributes & TIMESTAMP_TYPE_MASK != 0)
 
 
-def _timestamp_deltas(buf, pos: int) -> tuple[BatchHeader, list[int]]:
-    """The header and every record's timestampDelta of the batch at ``pos``, decoding
-    only each record's length and delta.  Raises InvalidRecordBatch (CORRUPT_MESSAGE)
-    when the records section does not decode."""
+def _batch_body(buf, pos: int) -> tuple[BatchHeader, memoryview | bytes]:
+    """The header of the batch at ``pos`` and its records section, decompressed."""
     mv = memoryview(buf)
     h = BatchHeader.parse(mv, pos)
     end = pos + h.total_size
@@ -387,6 +385,14 @@ def _timestamp_deltas(buf, pos: int) -> tuple[BatchHeader, list[int]]:
     body = mv[pos + BATCH_HEADER_SIZE:end]
     if h.compression != CODEC_NONE:
         body = decompress(h.compression, body)
+    return h, body
+
+
+def _timestamp_deltas(buf, pos: int) -> tuple[BatchHeader, list[int]]:
+    """The header and every record's timestampDelta of the batch at ``pos``, decoding
+    only each record's length and delta.  Raises InvalidRecordBatch (CORRUPT_MESSAGE)
+    when the records section does not decode."""
+    h, body = _batch_body(buf, pos)
     n_body = len(body)
     p = 0
     deltas = []
@@ -574,14 +580,7 @@ def iter_records(batch, pos: int = 0) -> Iterator[Record]:
     Decompresses whole-batch compression; for LogAppendTime batches every
     record's timestamp is the batch's maxTimestamp (Kafka DefaultRecordBatch).
     """
-    mv = memoryview(batch)
-    h = BatchHeader.parse(mv, pos)
-    end = pos + h.total_size
-    if end > len(mv):
-        raise InvalidRecordBatch("record batch truncated", CORRUPT_MESSAGE)
-    body = mv[pos + BATCH_HEADER_SIZE:end]
-    if h.compression != CODEC_NONE:
-        body = decompress(h.compression, body)
+    h, body = _batch_body(batch, pos)
     log_append_time = h.max_timestamp if h.timestamp_type == LOG_APPEND_TIME else None
     p = 0
     n_body = len(body)
