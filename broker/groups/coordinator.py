@@ -26,6 +26,7 @@ import trio
 
 from protocol.errors import ErrorCode
 from protocol.records import build_batch
+from storage import LogOffline
 
 from .group import (DEAD, EMPTY, Group, JoinResult, SyncResult, Waiter)
 from .offsets_log import (MAX_METADATA_BYTES, OFFSETS_TOPIC, OffsetEntry, OffsetTable, encode_key,
@@ -278,8 +279,11 @@ class GroupCoordinator:
         if records:
             try:
                 await self._persist(group_id, records)
-            except CoordinatorMoved as e:
-                log.info("commit of group %r not acknowledged: %s", group_id, e)
+            except (CoordinatorMoved, LogOffline) as e:
+                # Kafka's GroupMetadataManager answers a commit whose append failed with
+                # KAFKA_STORAGE_ERROR (an offline offsets log) as NOT_COORDINATOR too: the
+                # client looks the coordinator up again and retries there.
+                log.warning("commit of group %r not acknowledged: %s", group_id, e)
                 for k, _ in records:
                     result[k] = ErrorCode.NOT_COORDINATOR
                 return result
