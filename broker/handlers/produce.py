@@ -22,7 +22,7 @@ import logging
 
 from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
-from protocol.records import (NO_TIMESTAMP, TIMESTAMP_TYPE_MASK, InvalidRecordBatch,
+from protocol.records import (NO_TIMESTAMP, TIMESTAMP_TYPE_MASK, BatchHeader, InvalidRecordBatch,
                               max_timestamp_needs_recompute, record_timestamps,
                               set_create_time_max_timestamp, set_log_append_time,
                               validate_produce_records)
@@ -122,6 +122,13 @@ def produce_to_partition(broker, partition, records, version: int, acks: int = 1
         return _partition_response(index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                    message="canopy does not support transactions")
     lg = partition.log
+    if lg.offline:
+        # Before the sequence check, as Kafka (an offline log directory answers for its
+        # partitions before any validation): checked after, a refused batch's successor
+        # would meet OUT_OF_ORDER_SEQUENCE_NUMBER, and librdkafka answers that by bumping
+        # its producer epoch and renumbering unacknowledged batches, duplicating any that
+        # were appended (issue 10, disk-fsync-leader).
+        return _partition_response(index, ErrorCode.KAFKA_STORAGE_ERROR, message=lg.offline)
     if acks == -1 and len(partition.replicas) > 1:
         # Kafka checks min.insync.replicas before appending: with too few in-sync
         # replicas an acks=all write could not be committed, so it is not written. The ISR
@@ -173,6 +180,15 @@ def produce_to_partition(broker, partition, records, version: int, acks: int = 1
     return _partition_response(index, 0, result.base_offset, append_time, lg.log_start_offset)
 
 
+def _is_idempotent(records) -> bool:
+    """The batch carries a producer id (idempotent or transactional). A batch too short or
+    malformed to say is not: forwarding leaves its validation to the leader."""
+    try:
+        return records is not None and BatchHeader.parse(records).producer_id >= 0
+    except InvalidRecordBatch:
+        return False
+
+
 def min_insync_replicas(broker, partition) -> int:
     value = partition.topic.configs.get("min.insync.replicas")
     return int(value) if value else broker.config.min_insync_replicas
@@ -199,11 +215,24 @@ async def handle(ctx, request: dict, version: int) -> dict | None:
             elif not topic.partitions[index].is_leader or not broker.cluster.ready:
                 # (A restarted ex-leader is not ready until its metadata is current: it
                 # must not take writes on the strength of a stale tree.)
-                # Seed 000: commands go upstream. A follower forwards the write towards the
-                # leader and relays its answer, so a producer behind a load balancer that
-                # reaches any broker still succeeds.
-                parts.append(await broker.cluster.forward_produce(
-                    topic.partitions[index], pd["records"], acks, request["timeout_ms"], version))
+                if _is_idempotent(pd["records"]):
+                    # Kafka's answer, never a forward: an idempotent producer keeps up to
+                    # five requests in flight to the broker it believes leads, and judges
+                    # each answer against the ones before it. Forwarded, a window could be
+                    # half refused here and half appended at the leader; the leader then
+                    # answers OUT_OF_ORDER_SEQUENCE_NUMBER, librdkafka bumps its producer
+                    # epoch and renumbers every unacknowledged batch, including ones that
+                    # were appended after all: duplicates (issue 10, partition-leader-etcd
+                    # and disk-fsync-leader). NOT_LEADER_OR_FOLLOWER makes it refresh
+                    # metadata and move its whole window to the leader.
+                    parts.append(_partition_response(index, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                                     message="not the leader; idempotent batches are not forwarded"))
+                else:
+                    # Seed 000: commands go upstream. A follower forwards the write towards
+                    # the leader and relays its answer, so a producer behind a load
+                    # balancer that reaches any broker still succeeds.
+                    parts.append(await broker.cluster.forward_produce(
+                        topic.partitions[index], pd["records"], acks, request["timeout_ms"], version))
             else:
                 p = topic.partitions[index]
                 r = produce_to_partition(broker, p, pd["records"], version, acks)

@@ -13,6 +13,7 @@ import threading
 import time
 
 from kafka import KafkaProducer
+from protocol.errors import ErrorCode
 from protocol.records import iter_records
 
 from tests.e2e.conftest import require_tool
@@ -115,6 +116,31 @@ def test_producer_bootstrapped_to_a_follower_is_forwarded(cluster):
     subprocess.run([kcat, "-b", cluster.nodes[replicas[3]].bootstrap, "-P", "-t", "fwd"],
                    input=b"kcat-1\nkcat-2\n", check=True, timeout=30)
     assert [v for _, v in fetch_all(cluster.nodes[leader].bootstrap, "fwd", 32)][30:] == [b"kcat-1", b"kcat-2"]
+
+
+def test_idempotent_batch_at_a_follower_is_refused_not_forwarded(cluster):
+    """An idempotent producer's in-flight window must be judged against one log: a batch
+    with a producer id that reaches a follower is answered NOT_LEADER_OR_FOLLOWER, as
+    Kafka answers, and nothing is appended (forwarding half a window made librdkafka bump
+    its epoch and renumber appended batches: issue 10's duplicates)."""
+    cluster.create_topic("idem-fwd", configs={"min.insync.replicas": "2"})
+    leader, _, replicas, _ = tree_of(cluster, "idem-fwd")
+    c = RawClient(cluster.nodes[leader].bootstrap)
+    r = c.request(22, 4, {"transactional_id": None, "transaction_timeout_ms": 60000,
+                          "producer_id": -1, "producer_epoch": -1})
+    c.close()
+    pid, epoch = r["producer_id"], r["producer_epoch"]
+    c = RawClient(cluster.nodes[replicas[1]].bootstrap)
+    r = produce(c, "idem-fwd", make_batch([b"idem-0"], producer_id=pid, producer_epoch=epoch,
+                                          base_sequence=0), acks=-1)
+    c.close()
+    assert r["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER, r
+    c = RawClient(cluster.nodes[leader].bootstrap)
+    r = produce(c, "idem-fwd", make_batch([b"idem-0"], producer_id=pid, producer_epoch=epoch,
+                                          base_sequence=0), acks=-1)
+    c.close()
+    assert (r["error_code"], r["base_offset"]) == (0, 0), r
+    assert [v for _, v in fetch_all(cluster.nodes[leader].bootstrap, "idem-fwd", 1)] == [b"idem-0"]
 
 
 def test_rack_aware_consumers_read_from_their_racks_follower(cluster):

@@ -107,6 +107,72 @@ def test_failed_fsync_is_never_acknowledged_and_takes_the_log_offline(tmp_path):
         cluster.stop()
 
 
+def test_offline_log_answers_storage_error_before_the_sequence_check(tmp_path):
+    """Once a log is offline every idempotent batch is answered KAFKA_STORAGE_ERROR, never
+    OUT_OF_ORDER_SEQUENCE_NUMBER: librdkafka answers the latter (after an earlier refusal)
+    by bumping its producer epoch and renumbering unacknowledged batches, which
+    duplicated appended records in the disk-fsync-leader nemesis."""
+    cluster = FaultCluster(tmp_path, 1, flush="always", with_faketime=False, min_insync=1)
+    cluster.start()
+    try:
+        node = cluster.nodes[1]
+        cluster.create_topic("idem-offline", 1)
+        c = RawClient(node.bootstrap)
+        r = c.request(22, 4, {"transactional_id": None, "transaction_timeout_ms": 60000,
+                              "producer_id": -1, "producer_epoch": -1})
+        pid, epoch = r["producer_id"], r["producer_epoch"]
+
+        def send(seq):
+            return produce(c, "idem-offline", make_batch([b"s%d" % seq], producer_id=pid, producer_epoch=epoch,
+                                                         base_sequence=seq), acks=-1)["error_code"]
+
+        assert wait_for(lambda: send(0) == 0, "a first idempotent write") is not False
+        node.fiu("enable name=posix/io/sync/fdatasync,failinfo=5")
+        try:
+            # seq 1 is appended, then its fsync fails; seq 2 meets the offline log before
+            # it is appended; seq 3 follows a batch that never reached the log.
+            assert [send(1), send(2), send(3)] == [ErrorCode.KAFKA_STORAGE_ERROR] * 3
+        finally:
+            node.fiu("disable name=posix/io/sync/fdatasync")
+        c.close()
+    finally:
+        cluster.stop()
+
+
+def test_offset_commit_on_an_offline_offsets_log_answers_not_coordinator(tmp_path):
+    """An offset commit whose append to ``__consumer_offsets`` meets a failed fsync is not
+    acknowledged; Kafka's GroupMetadataManager answers it NOT_COORDINATOR (the client looks
+    the coordinator up again and retries), not UNKNOWN_SERVER_ERROR with a traceback."""
+    cluster = FaultCluster(tmp_path, 1, flush="always", with_faketime=False, min_insync=1)
+    cluster.start()
+    try:
+        node = cluster.nodes[1]
+        cluster.create_topic("commits", 1)
+
+        def commit(offset):
+            c = RawClient(node.bootstrap)
+            try:
+                r = c.request(8, 8, {"group_id": "g-offline", "generation_id_or_member_epoch": -1,
+                                     "member_id": "", "group_instance_id": None, "topics": [
+                                         {"name": "commits", "partitions": [
+                                             {"partition_index": 0, "committed_offset": offset,
+                                              "committed_leader_epoch": -1, "committed_metadata": ""}]}]})
+            finally:
+                c.close()
+            return r["topics"][0]["partitions"][0]["error_code"]
+
+        assert wait_for(lambda: commit(1) == 0, "a first commit") is not False
+        node.fiu("enable name=posix/io/sync/fdatasync,failinfo=5")
+        try:
+            assert commit(2) == ErrorCode.NOT_COORDINATOR
+        finally:
+            node.fiu("disable name=posix/io/sync/fdatasync")
+        log = node.log_tail()
+        assert "not acknowledged" in log and "Traceback" not in log, log
+    finally:
+        cluster.stop()
+
+
 def _read_values(bootstrap: str, topic: str, partition: int = 0) -> list[bytes]:
     c = RawClient(bootstrap)
     try:
