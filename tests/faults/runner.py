@@ -148,12 +148,17 @@ def run_nemesis(nemesis_cls: type[Nemesis], root: Path, rounds: int) -> dict:
         logs = {n.node_id: n.log_tail(3000) for n in cluster.nodes.values()}
         cluster.stop()
         if verdict is None or not verdict.ok or stats["crashes"]:
-            # Kept for diagnosis (pytest's tmp_path is recycled): the brokers' whole logs.
+            # Kept for diagnosis (pytest's tmp_path is recycled): the brokers' whole logs,
+            # and each replica's copy of the test topic (batch headers tell which producer
+            # epoch and sequence wrote a duplicate, and in which leader epoch).
             keep = LOGS / f"{nemesis_cls.name}-{time.strftime('%Y%m%dT%H%M%S')}"
             keep.mkdir(parents=True, exist_ok=True)
             for n in cluster.nodes.values():
                 if n.log_path.exists():
                     shutil.copy(n.log_path, keep / n.log_path.name)
+                topic_dir = n.data_dir / "topics" / TOPIC
+                if topic_dir.is_dir():
+                    shutil.copytree(topic_dir, keep / f"n{n.node_id}-{TOPIC}", dirs_exist_ok=True)
             stats["kept_logs"] = str(keep)
         for m in mounted:
             umount(m)
