@@ -1,7 +1,7 @@
 """Jepsen-style fault runs (issue 10): one fresh 4-broker cluster per nemesis, an
 idempotent acks=all producer and a committing group consumer running throughout, N rounds
 of the fault, then the checker (tests/faults/history.py). `make test` runs every nemesis
-but STILL_FAILING with 2 rounds; `make faults` (CANOPY_FAULTS=full) runs every nemesis 20 times.
+with 2 rounds; `make faults` (CANOPY_FAULTS=full) runs every nemesis 20 times.
 """
 from __future__ import annotations
 
@@ -10,10 +10,7 @@ import pytest
 from . import nemesis as nem
 from .runner import FULL, rounds_for, run_nemesis, table
 
-# Two nemeses still end with duplicated acknowledged records (docs/reliability.md, issue
-# 10 open): they run in `make faults` only, so `make test` stays a gate that holds.
-STILL_FAILING = {"disk-fsync-leader", "partition-leader-etcd"}
-NEMESES = [n.name for n in nem.ALL if FULL or n.name not in STILL_FAILING]
+NEMESES = [n.name for n in nem.ALL]
 
 pytestmark = pytest.mark.timeout(1800)
 
