@@ -49,6 +49,8 @@ class BrokerConfig:
     ssl_key_password: str = ""             # the private key's password, if it is encrypted
     ssl_truststore_location: str = ""      # PEM CA certificates that client certificates must chain to
     ssl_client_auth: str = "none"          # none | requested | required (mTLS)
+    # SASL (SASL_PLAINTEXT/SASL_SSL listeners; broker/security/sasl.py): Kafka's sasl.enabled.mechanisms
+    sasl_enabled_mechanisms: str = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
     node_id: int = 0
     cluster_id: str = "canopy-cluster"
     rack: str | None = None
@@ -110,7 +112,7 @@ class BrokerConfig:
     @functools.cached_property
     def ssl_context(self):
         """The server SSLContext of SSL listeners (None when there are none)."""
-        if not any(x.security_protocol == "SSL" for x in self.listener_config.listeners):
+        if not any(x.security_protocol in ("SSL", "SASL_SSL") for x in self.listener_config.listeners):
             return None
         from .security.tls import TLSConfigError, server_context
         try:
@@ -119,9 +121,18 @@ class BrokerConfig:
         except TLSConfigError as e:
             raise ConfigError(str(e)) from None
 
+    @functools.cached_property
+    def sasl_mechanisms(self) -> tuple[str, ...]:
+        from .security.sasl import parse_mechanisms
+        try:
+            return parse_mechanisms(self.sasl_enabled_mechanisms)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+
     def validate(self) -> "BrokerConfig":
         lc = self.listener_config
         self.ssl_context
+        self.sasl_mechanisms
         if self.ssl_client_auth not in ("none", "requested", "required"):
             raise ConfigError(f"ssl-client-auth must be one of none, requested, required, got {self.ssl_client_auth!r}")
         if self.is_cluster:
