@@ -169,3 +169,33 @@ def test_several_mechanisms_of_one_user_in_one_request_are_fine():
     # one bad credential refuses the user's whole change
     results, after = scram.validate_alteration(users, [{"name": "a", "mechanism": 1}], [_upsert("a", 2, 10)])
     assert results["a"][0] == ErrorCode.UNACCEPTABLE_CREDENTIAL and after == users
+
+
+def _final_with_nonce(client, srv, make_nonce):
+    """A client-final message with the nonce chosen by ``make_nonce(client nonce, full nonce)``,
+    proof computed over the message as sent (as librdkafka 2.0 does)."""
+    import base64, hashlib, hmac as hm
+    first = client.get_client_first()
+    c_nonce = first.split("r=", 1)[1]
+    server_first = srv.authenticate(first.encode()).decode()
+    attrs = dict(a.split("=", 1) for a in server_first.split(","))
+    salted = scram.salted_password("SCRAM-SHA-256", b"alice-secret", base64.b64decode(attrs["s"]), int(attrs["i"]))
+    client_key = hm.digest(salted, b"Client Key", "sha256")
+    stored = hashlib.sha256(client_key).digest()
+    without = f"c=biws,r={make_nonce(c_nonce, attrs['r'])}"
+    auth = ",".join((first[3:], server_first, without)).encode()
+    sig = hm.digest(stored, auth, "sha256")
+    proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, sig))).decode()
+    return srv.authenticate(f"{without},p={proof}".encode())
+
+
+def test_scram_accepts_librdkafka_2_0_doubled_nonce_but_no_other(users):
+    srv = server(users)
+    srv.handshake("SCRAM-SHA-256", 1)
+    reply = _final_with_nonce(scramp.ScramClient(["SCRAM-SHA-256"], "alice", "x"), srv, lambda c, full: c + full)
+    assert reply.startswith(b"v=") and srv.principal == "User:alice"
+    srv = server(users)
+    srv.handshake("SCRAM-SHA-256", 1)
+    with pytest.raises(AuthenticationFailed) as e:
+        _final_with_nonce(scramp.ScramClient(["SCRAM-SHA-256"], "alice", "x"), srv, lambda c, full: "evil" + full)
+    assert "nonce" in e.value.reason
