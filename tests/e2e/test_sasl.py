@@ -410,3 +410,8 @@ def test_bad_sasl_options_are_one_line(tmp_path):
                                    input="\n", capture_output=True, text=True, timeout=30), "empty password")
     _one_line_error(_run(["users", "list", "--bootstrap", f"127.0.0.1:{free_port()}"]), "cannot connect")
     _one_line_error(_run(["users", "list", "--metadata-store", "nonsense"]), "--metadata-store")
+    # A SASL inter-broker listener needs the broker's own login, with an enabled mechanism.
+    cluster = [*base, "--metadata-store", "etcd://127.0.0.1:1"]
+    _one_line_error(_run(cluster), "set inter-broker-sasl-username and inter-broker-sasl-password")
+    _one_line_error(_run([*cluster, "--inter-broker-sasl-username", "b", "--inter-broker-sasl-password", "p",
+                          "--sasl-enabled-mechanisms", "PLAIN"]), "is not in sasl-enabled-mechanisms")
