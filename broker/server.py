@@ -61,6 +61,10 @@ class RequestContext:
 
 
 class Connection:
+    # Who the client is: User:ANONYMOUS on a PLAINTEXT listener, the certificate's subject
+    # after an mTLS handshake (security/tls.py), User:<name> after SASL (security/sasl.py).
+    principal = "User:ANONYMOUS"
+
     def __init__(self, broker: Broker, stream: trio.SocketStream, listener: str = "PLAINTEXT"):
         self.broker = broker
         self.stream = stream
