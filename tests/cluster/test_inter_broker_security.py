@@ -92,6 +92,19 @@ def test_replication_tree_over_sasl_ssl(tmp_path, etcd_cluster):
         for up in upstreams:
             log = brokers[up].log_path.read_text(errors="replace")
             assert "on listener INTERNAL: SASL SCRAM-SHA-512 authenticated User:broker" in log, log[-3000:]
+
+        # A user added through one broker (AlterUserScramCredentials -> etcd) logs in on
+        # every broker at once: each applies /canopy/users/<name> from its etcd watch.
+        r = subprocess.run([str(CANOPY), "users", "add", "carol", "--bootstrap", brokers[1].client],
+                           input="carol-pw\n", capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        for n, b in brokers.items():
+            internal = b.client.rsplit(":", 1)[0] + ":" + str(b.addresses[0][1])
+            p = KafkaProducer(bootstrap_servers=internal, security_protocol="SASL_SSL", ssl_cafile=str(ca_pem),
+                              sasl_mechanism="SCRAM-SHA-256", sasl_plain_username="carol",
+                              sasl_plain_password="carol-pw", acks="all")
+            assert p.send("secure", b"carol-%d" % n).get(30).offset >= N
+            p.close()
         for b in brokers.values():
             assert b.proc.poll() is None
             assert "Traceback" not in b.log_path.read_text(errors="replace")

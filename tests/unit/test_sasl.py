@@ -199,3 +199,26 @@ def test_scram_accepts_librdkafka_2_0_doubled_nonce_but_no_other(users):
     with pytest.raises(AuthenticationFailed) as e:
         _final_with_nonce(scramp.ScramClient(["SCRAM-SHA-256"], "alice", "x"), srv, lambda c, full: "evil" + full)
     assert "nonce" in e.value.reason
+
+
+@pytest.mark.parametrize("mech", ALL)
+def test_inter_broker_client_against_the_server(users, mech):
+    """replication/client_security.py's SaslClient (what brokers and `canopy users` log in
+    with) completes against the server, and fails on a wrong password."""
+    from replication.client_security import SaslClient, SaslClientError
+    srv = server(users)
+    srv.handshake(mech, 1)
+    client = SaslClient(mech, "alice", "alice-secret")
+    token = client.first()
+    while token is not None:
+        token = client.step(srv.authenticate(token))
+    assert client.done and srv.principal == "User:alice"
+    srv = server(users)
+    srv.handshake(mech, 1)
+    client = SaslClient(mech, "alice", "wrong")
+    with pytest.raises(AuthenticationFailed):
+        token = client.first()
+        while token is not None:
+            token = client.step(srv.authenticate(token))
+    with pytest.raises(SaslClientError):
+        SaslClient("GSSAPI", "a", "b")
