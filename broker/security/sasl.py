@@ -130,7 +130,6 @@ class _Scram:
         self.lookup = lookup
         self.username: str | None = None
         self.complete = False
-        self._unknown = False
         self._server = scramp.ScramMechanism(mechanism).make_server(self._auth_info)
 
     def _auth_info(self, user: str):
