@@ -151,6 +151,8 @@ class Broker:
         self.producer_ids = ProducerIdAllocator(Path(config.data_dir) / "producer_ids.json", floor)
         self.flusher = Flusher(config.flush, config.flush_interval_ms)
         self.cluster = Cluster(self)
+        from .security.scram import CredentialStore
+        self.credentials = CredentialStore(self)   # SCRAM users: etcd's or the data dir's
         self.groups = GroupCoordinator(self)
 
     @property

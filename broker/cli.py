@@ -37,6 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ssl-truststore-location", dest="ssl_truststore_location",
                    help="PEM CA certificates client certificates are verified against")
     s.add_argument("--ssl-client-auth", dest="ssl_client_auth", choices=["none", "requested", "required"])
+    s.add_argument("--sasl-enabled-mechanisms", dest="sasl_enabled_mechanisms",
+                   help="SASL mechanisms of SASL listeners (default PLAIN,SCRAM-SHA-256,SCRAM-SHA-512)")
+    s.add_argument("--sasl-mechanism-inter-broker-protocol", dest="sasl_mechanism_inter_broker_protocol",
+                   help="SASL mechanism this broker logs in with on a SASL inter-broker listener")
+    s.add_argument("--inter-broker-sasl-username", dest="inter_broker_sasl_username")
+    s.add_argument("--inter-broker-sasl-password", dest="inter_broker_sasl_password",
+                   help="(better: CANOPY_INTER_BROKER_SASL_PASSWORD or the TOML file)")
     s.add_argument("--node-id", dest="node_id", type=int, help="this broker's node id")
     s.add_argument("--config", help="TOML config file")
     s.add_argument("--flush", choices=["async", "interval", "always"], help="flush policy")
@@ -59,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
     from . import admin_cli
     admin_cli.add_parser(sub)   # `canopy cluster describe|promote`
+    from . import users_cli
+    users_cli.add_parser(sub)   # `canopy users add|list|delete`
     return p
 
 
@@ -66,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "cluster":
         from .admin_cli import run
+        return run(args)
+    if args.command == "users":
+        from .users_cli import run
         return run(args)
     if args.command == "serve":
         cli = {k: v for k, v in vars(args).items() if k != "command" and v is not None}

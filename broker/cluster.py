@@ -432,7 +432,8 @@ class Cluster:
             raise PeerError(f"node {node} is not registered")
         conn = self._peer_conns.get(node)
         if conn is None or (conn.host, conn.port) != addr:
-            conn = self._peer_conns[node] = PeerConnection(*addr, client_id=f"canopy-{self.node_id}")
+            conn = self._peer_conns[node] = PeerConnection(*addr, client_id=f"canopy-{self.node_id}",
+                                                           security=self.config.inter_broker_security)
         return conn
 
     async def forward_to_controller(self, key: int, version: int, body: dict, on_error=None) -> dict:
@@ -478,7 +479,8 @@ class Cluster:
         try:
             # A fresh connection per forwarded request keeps concurrent producers from
             # queueing behind one another's acks=all waits.
-            conn = PeerConnection(*addr, client_id=f"canopy-forward-{self.node_id}")
+            conn = PeerConnection(*addr, client_id=f"canopy-forward-{self.node_id}",
+                                  security=self.config.inter_broker_security)
             try:
                 resp = await conn.request(ApiKey.PRODUCE, max(version, 3), {
                     "transactional_id": None, "acks": acks if acks != 0 else 1, "timeout_ms": timeout_ms,
@@ -524,7 +526,7 @@ class Cluster:
             while True:
                 fetcher = UpstreamFetcher(self.node_id, node, addr, lambda: self._partitions_from(node),
                                           lambda p: None, wait_ms=self.config.replica_fetch_wait_ms,
-                                          changed=self.changed)
+                                          changed=self.changed, security=self.config.inter_broker_security)
                 try:
                     await fetcher.run()
                     return

@@ -49,6 +49,13 @@ class BrokerConfig:
     ssl_key_password: str = ""             # the private key's password, if it is encrypted
     ssl_truststore_location: str = ""      # PEM CA certificates that client certificates must chain to
     ssl_client_auth: str = "none"          # none | requested | required (mTLS)
+    # SASL (SASL_PLAINTEXT/SASL_SSL listeners; broker/security/sasl.py): Kafka's sasl.enabled.mechanisms
+    sasl_enabled_mechanisms: str = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+    # How this broker logs in when the inter-broker listener is SASL_*: Kafka's
+    # sasl.mechanism.inter.broker.protocol and the listener's JAAS login (username/password).
+    sasl_mechanism_inter_broker_protocol: str = "SCRAM-SHA-512"
+    inter_broker_sasl_username: str = ""
+    inter_broker_sasl_password: str = ""
     node_id: int = 0
     cluster_id: str = "canopy-cluster"
     rack: str | None = None
@@ -110,7 +117,7 @@ class BrokerConfig:
     @functools.cached_property
     def ssl_context(self):
         """The server SSLContext of SSL listeners (None when there are none)."""
-        if not any(x.security_protocol == "SSL" for x in self.listener_config.listeners):
+        if not any(x.security_protocol in ("SSL", "SASL_SSL") for x in self.listener_config.listeners):
             return None
         from .security.tls import TLSConfigError, server_context
         try:
@@ -119,18 +126,53 @@ class BrokerConfig:
         except TLSConfigError as e:
             raise ConfigError(str(e)) from None
 
+    @functools.cached_property
+    def sasl_mechanisms(self) -> tuple[str, ...]:
+        from .security.sasl import parse_mechanisms
+        try:
+            return parse_mechanisms(self.sasl_enabled_mechanisms)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+
+    @functools.cached_property
+    def inter_broker_security(self):
+        """How replication, forwarding and the admin paths dial other brokers: the client
+        side of the inter-broker listener's security protocol (replication/client_security.py).
+        TLS trusts ssl-truststore-location (the system CAs when unset, as Kafka's JVM default)
+        and presents the broker's keystore as its client certificate, as a Kafka broker does."""
+        from replication.client_security import PLAINTEXT, SASL_MECHANISMS, ClientSecurity, client_ssl_context
+        lc = self.listener_config
+        proto = next(x.security_protocol for x in lc.listeners if x.name == lc.inter_broker)
+        if proto == "PLAINTEXT":
+            return PLAINTEXT
+        ctx = None
+        if proto in ("SSL", "SASL_SSL"):
+            try:
+                ctx = client_ssl_context(self.ssl_truststore_location or None, self.ssl_keystore_location or None,
+                                         None, self.ssl_key_password or None)
+            except (OSError, ValueError) as e:
+                raise ConfigError(f"inter-broker TLS client: {e}") from None
+        mech = self.sasl_mechanism_inter_broker_protocol.strip().upper()
+        if proto.startswith("SASL"):
+            if mech not in SASL_MECHANISMS:
+                raise ConfigError(f"sasl-mechanism-inter-broker-protocol: unsupported mechanism {mech!r} "
+                                  f"(supported: {', '.join(SASL_MECHANISMS)})")
+            if mech not in self.sasl_mechanisms:
+                raise ConfigError(f"sasl-mechanism-inter-broker-protocol {mech} is not in sasl-enabled-mechanisms")
+            if not self.inter_broker_sasl_username or not self.inter_broker_sasl_password:
+                raise ConfigError(f"inter-broker listener {lc.inter_broker} is {proto}: set inter-broker-sasl-username "
+                                  "and inter-broker-sasl-password (the user this broker logs in as)")
+        return ClientSecurity(proto, ctx, sasl_mechanism=mech, sasl_username=self.inter_broker_sasl_username,
+                              sasl_password=self.inter_broker_sasl_password)
+
     def validate(self) -> "BrokerConfig":
         lc = self.listener_config
         self.ssl_context
+        self.sasl_mechanisms
         if self.ssl_client_auth not in ("none", "requested", "required"):
             raise ConfigError(f"ssl-client-auth must be one of none, requested, required, got {self.ssl_client_auth!r}")
         if self.is_cluster:
-            inter = next(x for x in lc.listeners if x.name == lc.inter_broker)
-            if inter.security_protocol != "PLAINTEXT":
-                # replication/client.py (followers, forwarding, the controller) speaks plaintext only
-                raise ConfigError(f"inter-broker listener {inter.name} is {inter.security_protocol}: brokers "
-                                  "talk PLAINTEXT to each other for now; name a PLAINTEXT listener in "
-                                  "inter-broker-listener-name")
+            self.inter_broker_security
         if self.flush not in FLUSH_POLICIES:
             raise ConfigError(f"flush must be one of {', '.join(FLUSH_POLICIES)}, got {self.flush!r}")
         if self.node_id < 0:

@@ -18,9 +18,8 @@ import re
 from dataclasses import dataclass
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-# Security protocols this broker can serve today. The others are Kafka's and are parsed so
-# that a map copied from a Kafka configuration gets a precise refusal, not "unknown".
-SUPPORTED_PROTOCOLS = ("PLAINTEXT", "SSL")
+# Security protocols this broker can serve (all of Kafka's).
+SUPPORTED_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 # Kafka's default listener.security.protocol.map: every protocol maps to the listener of
 # the same name, so ``listeners=PLAINTEXT://...`` needs no map.

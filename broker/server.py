@@ -61,6 +61,10 @@ class RequestContext:
 
 
 class Connection:
+    # Who the client is: User:ANONYMOUS on a PLAINTEXT listener, the certificate's subject
+    # after an mTLS handshake (security/tls.py), User:<name> after SASL (security/sasl.py).
+    principal = "User:ANONYMOUS"
+
     def __init__(self, broker: Broker, stream: trio.SocketStream, listener: str = "PLAINTEXT"):
         self.broker = broker
         self.stream = stream
@@ -286,7 +290,7 @@ _RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 0)
 
 async def _serve_async(config: BrokerConfig, listener_socks: dict[str, trio.socket.SocketType], broker: Broker,
                        task_status=trio.TASK_STATUS_IGNORED) -> None:
-    classes = connection_classes(config)
+    classes = connection_classes(config, broker)
 
     def handler_for(name: str):
         cls = classes[name]
@@ -309,15 +313,20 @@ async def _serve_async(config: BrokerConfig, listener_socks: dict[str, trio.sock
                                        handler_nursery=nursery))
 
 
-def connection_classes(config: BrokerConfig) -> dict[str, type]:
-    """The connection class of each listener: plaintext (zero-copy) or TLS."""
+def connection_classes(config: BrokerConfig, broker: Broker) -> dict[str, type]:
+    """The connection class of each listener: plaintext (zero-copy), TLS, SASL over
+    plaintext, or SASL inside TLS."""
     out = {}
     for lst in config.listener_config.listeners:
-        if lst.security_protocol == "SSL":
+        proto = lst.security_protocol
+        cls = Connection
+        if proto in ("SASL_PLAINTEXT", "SASL_SSL"):
+            from .security.sasl import sasl_connection_class
+            cls = sasl_connection_class(cls, config.sasl_mechanisms, broker.credentials.lookup, proto)
+        if proto in ("SSL", "SASL_SSL"):
             from .security.tls import tls_connection_class
-            out[lst.name] = tls_connection_class(Connection, config.ssl_context)
-        else:
-            out[lst.name] = Connection
+            cls = tls_connection_class(cls, config.ssl_context)
+        out[lst.name] = cls
     return out
 
 

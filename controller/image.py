@@ -14,6 +14,9 @@ to read with ``etcdctl get --prefix /canopy/``)::
     /canopy/topics/<name>              {"id", "configs", "fanout", "partitions": count}
     /canopy/partitions/<name>/<i>      {"replicas", "leader_epoch", "isr", "controller_epoch"}
     /canopy/producer_id_block          {"next": first id of the next free block}
+    /canopy/users/<name>               {"SCRAM-SHA-256": {"salt", "stored_key", "server_key",
+                                        "iterations"}, ...}      SCRAM credentials, salted keys only
+                                                                 (broker/security/scram.py)
 
 This module is pure: etcd key-values in, image out. Every broker applies the same keys at
 the same revisions, so every broker answers Metadata alike.
@@ -31,6 +34,7 @@ BROKERS = PREFIX + "brokers/"
 TOPICS = PREFIX + "topics/"
 PARTITIONS = PREFIX + "partitions/"
 PRODUCER_ID_BLOCK_KEY = PREFIX + "producer_id_block"
+USERS = PREFIX + "users/"
 
 
 def broker_key(node_id: int) -> str:
@@ -39,6 +43,10 @@ def broker_key(node_id: int) -> str:
 
 def topic_key(name: str) -> str:
     return TOPICS + name
+
+
+def user_key(name: str) -> str:
+    return USERS + name
 
 
 def partition_key(name: str, index: int) -> str:
@@ -132,6 +140,10 @@ class ClusterImage:
         self._complete: dict[str, TopicImage] = {}
         self._partitions: dict[str, dict[int, PartitionImage]] = {}
         self.unreadable: list[str] = []   # keys whose value could not be decoded
+        # SCRAM credentials: {user: {mechanism: credential JSON}}, and each user key's
+        # mod revision (credential changes compare-and-swap on it).
+        self.users: dict[str, dict] = {}
+        self.user_revisions: dict[str, int] = {}
 
     @property
     def topics(self) -> dict[str, TopicImage]:
@@ -153,6 +165,17 @@ class ClusterImage:
             return None
 
     def _apply(self, key: str, value: bytes | None, mod_revision: int, create_revision: int) -> str | None:
+        if key.startswith(USERS):
+            name = key[len(USERS):]
+            data = _decode(value)
+            if data is None:
+                self.users.pop(name, None)
+                self.user_revisions.pop(name, None)
+            else:
+                # Kept as JSON: broker/security/scram.py reads the credentials out of it.
+                self.users[name] = {str(m): dict(c) for m, c in data.items()}
+                self.user_revisions[name] = mod_revision
+            return ""
         if key != CONTROLLER_KEY and not key.startswith((BROKERS, TOPICS, PARTITIONS)):
             return None   # e.g. the producer-id block, or a key of a newer canopy: not ours to read
         data = _decode(value)

@@ -38,11 +38,14 @@ class ApiKey(IntEnum):
     TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     ALTER_PARTITION_REASSIGNMENTS = 45
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
 
@@ -65,7 +68,9 @@ _NAMES = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: "IncrementalAlterConfigs",
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: "AlterPartitionReassignments",
     ApiKey.OFFSET_DELETE: "OffsetDelete", ApiKey.DESCRIBE_CLUSTER: "DescribeCluster",
-    ApiKey.DESCRIBE_PRODUCERS: "DescribeProducers",
+    ApiKey.DESCRIBE_PRODUCERS: "DescribeProducers", ApiKey.SASL_AUTHENTICATE: "SaslAuthenticate",
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: "DescribeUserScramCredentials",
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: "AlterUserScramCredentials",
 }
 
 # Versions Kafka 4 removed from its schemas but that clients still need to see advertised.

@@ -4,6 +4,10 @@ A follower is just a client of its upstream (seed 000: a slave "has gone out to 
 server over a socket, just like an outside client would"), so replication, forwarding
 and the controller's probes all speak the ordinary Kafka protocol through this class.
 One request in flight per connection keeps it simple and keeps responses in order.
+
+The connection speaks the security protocol of the listener it dials (client_security.py):
+TLS with trio.SSLStream, then for SASL a SaslHandshake v1 and SaslAuthenticate round trips
+before the first request, as every Kafka client does.
 """
 from __future__ import annotations
 
@@ -13,7 +17,9 @@ from itertools import count
 import trio
 
 from protocol.framing import FrameReader, encode_request
-from protocol.messages import api
+from protocol.messages import ApiKey, api
+
+from .client_security import PLAINTEXT, ClientSecurity, SaslClientError
 
 _corr = count(1)
 
@@ -23,24 +29,67 @@ class PeerError(Exception):
 
 
 class PeerConnection:
-    def __init__(self, host: str, port: int, client_id: str, connect_timeout: float = 2.0):
+    def __init__(self, host: str, port: int, client_id: str, connect_timeout: float = 2.0,
+                 security: ClientSecurity = PLAINTEXT):
         self.host = host
         self.port = port
         self.client_id = client_id
         self.connect_timeout = connect_timeout
-        self._stream: trio.SocketStream | None = None
+        self.security = security
+        self._stream: trio.abc.Stream | None = None
         self._reader = FrameReader(max_frame_bytes=1 << 30)
         self._lock = trio.Lock()
 
-    async def _connect(self) -> trio.SocketStream:
+    async def _connect(self) -> trio.abc.Stream:
         if self._stream is None:
+            sec = self.security
             try:
                 with trio.fail_after(self.connect_timeout):
-                    self._stream = await trio.open_tcp_stream(self.host, self.port)
+                    stream = await trio.open_tcp_stream(self.host, self.port)
             except (OSError, trio.TooSlowError) as e:
                 raise PeerError(f"cannot connect to {self.host}:{self.port}: {e}") from None
             self._reader = FrameReader(max_frame_bytes=1 << 30)
+            try:
+                if sec.uses_tls:
+                    stream = trio.SSLStream(stream, sec.ssl_context, server_hostname=self.host)
+                    try:
+                        with trio.fail_after(max(self.connect_timeout, 10.0)):
+                            await stream.do_handshake()
+                    except (trio.BrokenResourceError, trio.TooSlowError, OSError) as e:
+                        cause = e.__cause__ or e
+                        raise PeerError(f"TLS handshake with {self.host}:{self.port} failed: "
+                                        f"{getattr(cause, 'reason', None) or cause}") from None
+                if sec.uses_sasl:
+                    with trio.fail_after(max(self.connect_timeout, 10.0)):
+                        await self._authenticate(stream)
+            except BaseException:
+                with trio.CancelScope(shield=True):
+                    try:
+                        await stream.aclose()
+                    except (trio.BrokenResourceError, OSError):
+                        pass
+                raise
+            self._stream = stream
         return self._stream
+
+    async def _authenticate(self, stream) -> None:
+        """SaslHandshake v1, then SaslAuthenticate v1 until the mechanism completes."""
+        sec = self.security
+        hs = await self._exchange(stream, ApiKey.SASL_HANDSHAKE, 1, {"mechanism": sec.sasl_mechanism})
+        if hs["error_code"]:
+            raise PeerError(f"{self.host}:{self.port} refused SASL mechanism {sec.sasl_mechanism} "
+                            f"(error {hs['error_code']}; enabled: {', '.join(hs['mechanisms'])})")
+        client = sec.sasl_client()
+        token = client.first()
+        while token is not None:
+            r = await self._exchange(stream, ApiKey.SASL_AUTHENTICATE, 1, {"auth_bytes": token})
+            if r["error_code"]:
+                raise PeerError(f"{self.host}:{self.port}: SASL authentication as {sec.sasl_username!r} failed: "
+                                f"{r['error_message'] or r['error_code']}")
+            try:
+                token = client.step(bytes(r["auth_bytes"]))
+            except SaslClientError as e:
+                raise PeerError(f"{self.host}:{self.port}: {e}") from None
 
     async def request(self, key: int, version: int, body: dict, timeout: float = 30.0) -> dict:
         async with self._lock:
@@ -55,7 +104,9 @@ class PeerConnection:
                 raise
 
     async def _request(self, key: int, version: int, body: dict) -> dict:
-        stream = await self._connect()
+        return await self._exchange(await self._connect(), key, version, body)
+
+    async def _exchange(self, stream, key: int, version: int, body: dict) -> dict:
         corr = next(_corr) & 0x7FFFFFFF
         await stream.send_all(encode_request(key, version, corr, self.client_id, body))
         while True:

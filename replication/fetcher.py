@@ -25,6 +25,7 @@ from protocol.messages import ApiKey
 from protocol.records import InvalidRecordBatch
 
 from .client import PeerConnection, PeerError
+from .client_security import PLAINTEXT, ClientSecurity
 
 log = logging.getLogger("canopy.replication")
 
@@ -37,7 +38,8 @@ RESPONSE_MAX_BYTES = 64 << 20
 class UpstreamFetcher:
     def __init__(self, node_id: int, upstream_id: int, address: tuple[str, int],
                  partitions: Callable[[], list], on_appended: Callable[[object], None],
-                 wait_ms: int = 500, changed: Callable[[], trio.Event] | None = None):
+                 wait_ms: int = 500, changed: Callable[[], trio.Event] | None = None,
+                 security: ClientSecurity = PLAINTEXT):
         self.node_id = node_id
         self.upstream_id = upstream_id
         self.address = address
@@ -45,7 +47,8 @@ class UpstreamFetcher:
         self.on_appended = on_appended
         self.wait_ms = wait_ms
         self.changed = changed
-        self.conn = PeerConnection(address[0], address[1], client_id=f"canopy-replica-{node_id}")
+        # The upstream's inter-broker listener may be TLS and/or SASL (client_security.py).
+        self.conn = PeerConnection(address[0], address[1], client_id=f"canopy-replica-{node_id}", security=security)
 
     async def run(self) -> None:
         backoff = 0.05

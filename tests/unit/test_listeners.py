@@ -39,7 +39,7 @@ def test_default_map_names_protocols_and_plaintext_is_the_default_inter_broker_l
 
 
 @pytest.mark.parametrize("kw, needle", [
-    (dict(listeners="SASL_SSL://:1"), "SASL_SSL is not supported yet"),
+    (dict(listeners="A://:1", protocol_map="A:GSSAPI"), "unknown security protocol"),
     (dict(listeners="A://:1,B://:1", protocol_map="A:PLAINTEXT,B:PLAINTEXT", inter_broker_listener_name="A"),
      "bind the same address"),
     (dict(listeners="A://h:1", protocol_map="A"), "is not NAME:PROTOCOL"),
