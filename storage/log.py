@@ -198,6 +198,9 @@ class Log:
         self.offline: str | None = None  # why, once an fsync failed (LogOffline)
         self._checkpoint_unsynced = False
         self.recovered_truncations = 0  # torn tails cut by recovery (for logs/tests)
+        # Called with the new segment's base offset after every roll: the broker snapshots
+        # its producer state there (Kafka takes its producer-state snapshot at roll).
+        self.on_roll = None
         self._load()
 
     # -- open / recovery ----------------------------------------------------
@@ -412,6 +415,8 @@ class Log:
         with self._lock:
             self._segments.append(new)
             self._bases.append(base_offset)
+        if self.on_roll is not None:
+            self.on_roll(base_offset)
         return new
 
     # -- reads --------------------------------------------------------------
@@ -532,13 +537,14 @@ class Log:
 
     # -- headers ------------------------------------------------------------
 
-    def iter_batch_headers(self, from_offset: int | None = None) -> Iterator[BatchHeader]:
+    def iter_batch_headers(self, from_offset: int | None = None, segments: list | None = None) -> Iterator[BatchHeader]:
         """Batch headers in offset order, read in large chunks without decoding
-        records (rebuilding idempotent-producer state on start).  ``position`` of
-        each header is its file position within its segment."""
+        records (replaying idempotent-producer state after its snapshot).  ``position``
+        of each header is its file position within its segment.  ``segments``: walk
+        these (pinned by the caller: a worker thread's replay) instead of the current list."""
         start_offset = self.log_start_offset if from_offset is None else from_offset
         chunk_limit = 1 << 20
-        for seg in list(self._segments):
+        for seg in list(self._segments) if segments is None else segments:
             if seg.next_offset <= start_offset:
                 continue
             i = seg.find_offset(start_offset)
