@@ -42,6 +42,8 @@ CHECKPOINT = "log-start-offset.checkpoint"
 MAX_SEGMENT_BYTES = (1 << 31) - 1
 # batchLength @8, lastOffsetDelta @23, maxTimestamp @35: all append needs
 _APPEND_FIELDS = struct.Struct(">8xi11xi8xq")
+# iter_batch_headers reads batches averaging more than this one header at a time
+_HEADER_READ_SPAN = 16 << 10
 
 
 class StorageError(Exception):
@@ -554,6 +556,14 @@ class Log:
                 pos0 = seg._entry_pos(i)
                 j = seg.find_end_within(pos0 + chunk_limit, i + 1, n)
                 end = seg._entry_end(j - 1)
+                if end - pos0 > _HEADER_READ_SPAN * (j - i):
+                    # Large batches: read each 61-byte header on its own rather than every
+                    # record byte (a cold restart would read the whole tail from disk).
+                    for k in range(i, j):
+                        p = seg._entry_pos(k)
+                        yield _make_header((*HEADER_STRUCT.unpack(seg.read_at(p, HEADER_STRUCT.size)), p))
+                    i = j
+                    continue
                 buf = seg.read_at(pos0, end - pos0)
                 for k in range(i, j):
                     p = seg._entry_pos(k)
