@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -471,52 +472,205 @@ def w4(broker: Broker, cfg: dict, bar: Progress) -> dict:
 
 
 # --------------------------------------------------------------------------- W5
+#
+# Restart cost. The log is produced through a running canopy (idempotent producer, so the
+# broker has producer state to keep), which is then stopped three ways before a restart
+# is timed: cleanly (SIGTERM: snapshots at the log end), by SIGKILL after a further tail
+# (the snapshot of the last segment roll plus the headers after it), and with every
+# snapshot file removed (the whole-log replay canopy did before snapshots). Page cache is
+# dropped before each restart where the bench may write /proc/sys/vm/drop_caches (root).
 
-def fill_canopy_log(data_dir: str, topic: str, partitions: int, total_bytes: int,
-                    bar: Progress) -> int:
-    """Append ~total_bytes of 1 MiB batches (1 KiB records) to the topic's partition logs
-    through canopy's own storage module (the broker is stopped): same files a produce
-    would write, without waiting on the network. Returns bytes written."""
-    sys.path.insert(0, str(__import__("brokers").ROOT))
-    from protocol.records import build_batch
-    from storage.log import Log
-    batch = build_batch([(None, os.urandom(1024), [], None)] * 1000)
-    logs = [Log(os.path.join(data_dir, topic, str(i))) for i in range(partitions)]
-    written = 0
+W5_RECORD = 1024
+W5_T0 = 1_600_000_000_000   # record i of the fill carries timestamp W5_T0 + i (ms)
+
+
+def _w5_value(partition: int, j: int) -> bytes:
+    """Record j of a partition: its coordinates, then the partition's filler (every byte
+    is compared on the reads)."""
+    return struct.pack(">qq", partition, j) + bytes([partition * 31 & 0xFF]) * (W5_RECORD - 16)
+
+
+def drop_caches() -> bool:
     try:
-        while written < total_bytes:
-            for lg in logs:
-                lg.append(batch, leader_epoch=0)
-                written += len(batch)
-            if written % (256 << 20) < len(batch) * partitions:
-                bar.step(0, f"canopy fill {written >> 20}/{total_bytes >> 20} MiB")
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def _w5_fill(b: Broker, topic: str, parts: int, total_bytes: int, bar: Progress) -> int:
+    """Produce ~total_bytes round-robin over the partitions; returns records per partition."""
+    n = total_bytes // W5_RECORD // parts * parts
+    errors: list = []
+    p = Producer({"bootstrap.servers": b.bootstrap, "error_cb": errors.append,
+                  "enable.idempotence": True, "acks": "all", "linger.ms": 20,
+                  "batch.size": 1048576, "compression.type": "none",
+                  "queue.buffering.max.kbytes": 1048576, "message.max.bytes": 2 * 1048576})
+    values = {}
+    for i in range(n):
+        part, j = i % parts, i // parts
+        v = values.get(part)
+        if v is None:
+            v = values[part] = bytearray(_w5_value(part, 0))
+        v[8:16] = struct.pack(">q", j)
+        while True:
+            try:
+                p.produce(topic, bytes(v), partition=part, timestamp=W5_T0 + i)
+                break
+            except BufferError:
+                p.poll(0.05)
+        if not i % 100_000:
+            bar.step(0, f"W5 fill {i * W5_RECORD >> 20}/{n * W5_RECORD >> 20} MiB")
+    left = p.flush(300)
+    if left or any(e.fatal() for e in errors):
+        raise RuntimeError(f"W5 fill: {left} undelivered, errors {errors[:3]}")
+    return n // parts
+
+
+def _w5_first_answer(b: Broker, topic: str, parts: int, per_part: int, t0: float) -> dict:
+    """Seconds from spawn to the first correct answers for the last partition: the offset
+    of a timestamp 90 % into its log (ListOffsets), then the record there (Fetch)."""
+    part = parts - 1
+    j = per_part * 9 // 10
+    ts = W5_T0 + j * parts + part
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": f"w5-{uuid.uuid4().hex[:6]}",
+                  "enable.auto.commit": False, "reconnect.backoff.ms": 10,
+                  "reconnect.backoff.max.ms": 50, "fetch.wait.max.ms": 10})
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            got = c.offsets_for_times([TopicPartition(topic, part, ts)], timeout=60)[0]
+            if got.error is None and got.offset >= 0:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"W5: no offset for timestamp {ts}: {got}")
+        t_lookup = time.perf_counter() - t0
+        if got.offset != j:
+            raise RuntimeError(f"W5: offsets-for-times {ts} answered {got.offset}, expected {j}")
+        c.assign([TopicPartition(topic, part, j)])
+        while True:
+            m = c.poll(1)
+            if m is not None and not m.error():
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("W5: no record from the deep fetch")
+        t_fetch = time.perf_counter() - t0
+        if m.offset() != j or m.value() != _w5_value(part, j):
+            raise RuntimeError(f"W5: deep fetch answered offset {m.offset()} with the wrong record")
+        return {"offsets_for_times_seconds": round(t_lookup, 3),
+                "first_fetch_seconds": round(t_fetch, 3)}
     finally:
-        for lg in logs:
-            lg.flush()
-            lg.close()
-    return written
+        c.close()
+
+
+def _w5_verify(b: Broker, topic: str, parts: int, per_part: int, bar: Progress) -> None:
+    """Read every record of every partition back and compare it with what was produced."""
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": f"w5-{uuid.uuid4().hex[:6]}",
+                  "enable.auto.commit": False, "fetch.max.bytes": 52428800,
+                  "max.partition.fetch.bytes": 10485760})
+    try:
+        c.assign([TopicPartition(topic, p, 0) for p in range(parts)])
+        nxt = {p: 0 for p in range(parts)}
+        want = per_part * parts
+        seen = 0
+        deadline = time.monotonic() + 1800
+        while seen < want:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"W5 verify: {seen}/{want} records read")
+            for m in c.consume(10000, 1):
+                if m.error():
+                    raise RuntimeError(f"W5 verify: {m.error()}")
+                p, j = m.partition(), m.offset()
+                if j != nxt[p]:
+                    raise RuntimeError(f"W5 verify: partition {p} offset {j}, expected {nxt[p]}")
+                if m.value() != _w5_value(p, j):
+                    raise RuntimeError(f"W5 verify: partition {p} offset {j} holds the wrong record")
+                nxt[p] += 1
+                seen += 1
+            bar.step(0, f"W5 verify {seen}/{want}")
+        if nxt != {p: per_part for p in range(parts)}:
+            raise RuntimeError(f"W5 verify: read {nxt}, expected {per_part}")
+    finally:
+        c.close()
+
+
+def _w5_kill(b: Broker) -> None:
+    os.killpg(b.proc.pid, 9)
+    b.proc.wait()
+    b._logf.close()
+
+
+def _w5_restart(tmp: str, log, topic: str, parts: int, per_part: int, cold: bool) -> tuple[dict, Broker]:
+    import brokers
+    dropped = drop_caches() if cold else False
+    t0 = time.perf_counter()
+    b = brokers.canopy(tmp, log)
+    out = {"listening_seconds": round(time.perf_counter() - t0, 3), "cache_dropped": dropped}
+    try:
+        out.update(_w5_first_answer(b, topic, parts, per_part, t0))
+    except BaseException:
+        b.stop()
+        raise
+    return out, b
+
+
+def w5_one(cfg: dict, tmp: str, log, bar: Progress, total_bytes: int) -> dict:
+    import brokers
+    parts = cfg["w5_partitions"]
+    topic = f"w5-{uuid.uuid4().hex[:6]}"
+    b = brokers.canopy(tmp, log)
+    try:
+        make_topic(b, topic, parts)
+        t = time.perf_counter()
+        per_part = _w5_fill(b, topic, parts, total_bytes, bar)
+        fill_s = time.perf_counter() - t
+    finally:
+        b.stop()   # clean: snapshots at the log end
+    log_bytes = sum(f.stat().st_size for f in (Path(tmp) / "topics" / topic).rglob("*.log"))
+    out = {"log_bytes": log_bytes, "records_per_partition": per_part,
+           "fill_mb_per_s": round(per_part * parts * W5_RECORD / fill_s / 1e6, 1)}
+    bar.step(0, f"W5 {total_bytes >> 30} GiB: clean restart")
+    out["clean"], b = _w5_restart(tmp, log, topic, parts, per_part, cold=True)
+    try:
+        out["peak_rss_mb"] = b.rss()
+        # every record, read back through the broker (the fill landed where it loads from)
+        _w5_verify(b, topic, parts, per_part, bar)
+        # a tail after the last snapshot, then SIGKILL: no shutdown snapshot
+        pr = Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True, "acks": "all"})
+        for k in range(1000):
+            pr.produce(topic, b"tail", partition=k % parts)
+        if pr.flush(60):
+            raise RuntimeError("W5: tail undelivered")
+        del pr
+    finally:
+        _w5_kill(b)
+    bar.step(0, f"W5 {total_bytes >> 30} GiB: restart after SIGKILL")
+    out["after_kill"], b = _w5_restart(tmp, log, topic, parts, per_part, cold=True)
+    b.stop()
+    removed = 0
+    for f in (Path(tmp) / "topics" / topic).rglob("*.snapshot"):
+        f.unlink()
+        removed += 1
+    bar.step(0, f"W5 {total_bytes >> 30} GiB: restart without snapshots")
+    out["no_snapshots"], b = _w5_restart(tmp, log, topic, parts, per_part, cold=True)
+    out["no_snapshots"]["snapshots_removed"] = removed
+    b.stop()
+    return out
 
 
 def w5(cfg: dict, tmp: str, log, bar: Progress) -> dict:
-    import brokers
-    b = brokers.canopy(tmp, log)
-    topic = f"w5-{uuid.uuid4().hex[:6]}"
-    try:
-        make_topic(b, topic, cfg["w5_partitions"])
-    finally:
-        b.stop()
-    written = fill_canopy_log(tmp, topic, cfg["w5_partitions"], cfg["w5_bytes"], bar)
-    bar.step(1)
-    out = {"log_bytes": written, "partitions": cfg["w5_partitions"]}
-    t0 = time.perf_counter()
-    b = brokers.canopy(tmp, log)
-    try:
-        out["listening_seconds"] = round(time.perf_counter() - t0, 3)
-        hw = high_watermark(b, topic, 0)
-        out["serving_seconds"] = round(time.perf_counter() - t0, 3)
-        out["high_watermark_p0"] = hw
-        out["peak_rss_mb"] = b.rss()
-    finally:
-        b.stop()
-    bar.step(1)
+    import shutil
+    out = {"partitions": cfg["w5_partitions"], "record_bytes": W5_RECORD,
+           "drop_caches": drop_caches(), "sizes": {}}
+    for size in cfg["w5_sizes"]:
+        d = os.path.join(tmp, f"{size >> 20}M")
+        os.makedirs(d)
+        try:
+            out["sizes"][f"{size / (1 << 30):g}"] = w5_one(cfg, d, log, bar, size)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+        bar.step(1)
+    out["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     return out

@@ -192,15 +192,32 @@ def markdown(rep: dict, stamp: str) -> str:
                    f"round-robin over the partitions (nafka: one partition per topic, "
                    f"not run)\n\n" + w4)
     w5 = get(rep, "canopy", "W5")
-    if w5:
-        out.append("## W5 recovery — canopy restarted on a data directory holding "
-                   f"{w5['log_bytes'] / 1e9:.1f} GB of log in {w5['partitions']} partitions "
-                   "(files in the page cache; Tansu keeps nothing across a restart, so no "
-                   "peer figure)\n\n" + table(
-                       ["figure", "canopy"],
-                       [["start → listening s", w5["listening_seconds"]],
-                        ["start → first ListOffsets answered s", w5["serving_seconds"]],
-                        ["peak RSS MB", w5["peak_rss_mb"]]]))
+    if w5 and w5.get("sizes"):
+        sizes = w5["sizes"]
+        cols = list(sizes)
+        rows = [["log on disk GB"] + [round(sizes[c]["log_bytes"] / 1e9, 2) for c in cols]]
+        for case, label in (("clean", "clean stop (snapshots at the log end)"),
+                            ("after_kill", "SIGKILL (last roll's snapshot + tail)"),
+                            ("no_snapshots", "no snapshot files (whole-log replay)")):
+            for key, fig in (("listening_seconds", "listening s"),
+                             ("offsets_for_times_seconds", "first offsets-for-times answer s"),
+                             ("first_fetch_seconds", "first deep fetch answer s")):
+                rows.append([f"{label}: {fig}"] + [sizes[c][case][key] for c in cols])
+        rows.append(["peak RSS MB (clean restart, after the full read)"]
+                    + [sizes[c].get("peak_rss_mb") for c in cols])
+        first = cols[0]
+        ratio = ["first fetch answer, clean / after kill / no snapshots, vs " + first + " GiB"]
+        for c in cols:
+            ratio.append(" / ".join(
+                f"{sizes[c][k]['first_fetch_seconds'] / max(sizes[first][k]['first_fetch_seconds'], 1e-3):.2f}"
+                for k in ("clean", "after_kill", "no_snapshots")))
+        rows.append(ratio)
+        out.append(f"## W5 restart — canopy restarted on {w5['partitions']} partitions filled "
+                   f"through the broker (idempotent producer, {w5['record_bytes']} B records), "
+                   f"page cache {'dropped' if w5['drop_caches'] else 'NOT dropped (no root)'} "
+                   f"before each restart; times from spawn, for the last partition at 90 % of "
+                   f"its log; load average at the end {w5.get('loadavg_at_end')}\n\n"
+                   + table(["figure"] + [f"{c} GiB" for c in cols], rows))
     others = [o for o in OTHERS if o in rep["runs"]]
     if others:
         rows = []

@@ -7,7 +7,7 @@
                   produce->consume latency at a fixed 10 000 msg/s
   W3 durability   canopy flush=always (group commit) vs async, 16 concurrent producers
   W4 scale        1 000 partitions: create time, Metadata size/time, 100 producers
-  W5 recovery     restart time of a canopy broker holding 10 GB of log
+  W5 restart      time to the first correct answer of a canopy restarted on 1, 5, 10 GiB
 
 Kafka peers: Tansu 0.6.0 (in-memory only) and nafka (Python + SQLite). Non-Kafka
 comparisons with their own Python clients: Redis streams, NATS JetStream, RabbitMQ
@@ -65,7 +65,8 @@ def config(args) -> dict:
         "w3_producers": 16, "w3_records": 16_000 if quick else 96_000,
         "w4_partitions": 100 if quick else 1000,
         "w4_producers": 10 if quick else 100, "w4_per_producer": 50 if quick else 100,
-        "w5_bytes": (256 << 20) if quick else args.w5_gb << 30, "w5_partitions": 4,
+        "w5_sizes": [256 << 20] if quick else [int(float(g) * (1 << 30)) for g in args.w5_gb.split(",")],
+        "w5_partitions": 8,
         "passes": args.passes,
     }
     return cfg
@@ -131,7 +132,7 @@ class Suite:
                       lambda b, bar: kl.w4(b, cfg, bar), 1)
         if "W5" in wl and not self.args.no_canopy:
             tmp = tempfile.mkdtemp(prefix="bench-w5-", dir=self.args.w5_dir)
-            bar = Progress("W5 (canopy recovery)", 2)
+            bar = Progress("W5 (canopy restart)", len(cfg["w5_sizes"]))
             try:
                 self.runs["canopy"]["W5"] = kl.w5(cfg, tmp, RESULTS / f"{self.stamp}-w5.log",
                                                   bar)
@@ -250,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--round-trips", type=int, help="W2 sequential produces (2000)")
     ap.add_argument("--passes", type=int, default=3,
                     help="W1 confluent produce/consume passes per broker, best reported (3)")
-    ap.add_argument("--w5-gb", type=int, default=10, help="W5 log size in GiB (10)")
+    ap.add_argument("--w5-gb", default="1,5,10",
+                    help="W5 log sizes in GiB, comma list, each filled and restarted (1,5,10)")
     ap.add_argument("--w5-dir", help="where W5 writes its log (default: $TMPDIR)")
     ap.add_argument("-v", "--verbose", action="store_true", help="tracebacks on failure")
     args = ap.parse_args(argv)

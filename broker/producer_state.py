@@ -12,13 +12,33 @@ Kafka's rules, which the clients' retry logic depends on:
 * An epoch older than the one on record is fenced: INVALID_PRODUCER_EPOCH. A newer epoch
   must start again at sequence 0.
 
-The state is rebuilt on start from the batch headers in the log (producer id, epoch and
-base sequence are in every v2 batch header), so it survives a restart without snapshots.
+The state survives a restart through snapshots, Kafka's ``<offset>.snapshot`` files in
+the partition directory: the table plus the partition's leader-epoch cache as they stood
+with every batch below ``offset`` applied. The broker writes one when a segment rolls
+(named by the new segment's base offset) and one at clean shutdown (named by the log end
+offset); on start it loads the newest valid one and replays only the batch headers after
+it (producer id, epoch and base sequence are in every v2 batch header). Without a usable
+snapshot it replays every header in the log, as it did before snapshots existed.
+
+Snapshot file (big-endian), its last four bytes a CRC32C of everything before them, so a
+torn or damaged file is detected and skipped rather than trusted::
+
+    magic "CNPS" | version int16 | offset int64
+    epochs int32 | (leader_epoch int32, start_offset int64) * epochs
+    producers int32 | (producer_id int64, producer_epoch int16, batches int8,
+                       (first_seq int32, last_seq int32, base_offset int64,
+                        last_offset int64, timestamp int64) * batches) * producers
+    crc32c uint32
 """
 from __future__ import annotations
 
+import os
+import struct
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
+
+import crc32c as _crc32c
 
 from protocol.errors import ErrorCode
 
@@ -109,3 +129,99 @@ class ProducerStateTable:
 
     def highest_producer_id(self) -> int:
         return max(self.entries, default=-1)
+
+
+# -- snapshots -------------------------------------------------------------------------
+
+SNAPSHOT_SUFFIX = ".snapshot"
+_MAGIC = b"CNPS"
+_VERSION = 1
+_HEAD = struct.Struct(">4shq")
+_COUNT = struct.Struct(">i")
+_EPOCH = struct.Struct(">iq")
+_PRODUCER = struct.Struct(">qhb")
+_BATCH = struct.Struct(">iiqqq")
+_CRC = struct.Struct(">I")
+
+
+class SnapshotError(ValueError):
+    """A snapshot file that cannot be trusted (torn, damaged, or not one of ours)."""
+
+
+def encode_snapshot(offset: int, table: ProducerStateTable, epochs: list[tuple[int, int]]) -> bytes:
+    out = bytearray(_HEAD.pack(_MAGIC, _VERSION, offset))
+    out += _COUNT.pack(len(epochs))
+    for epoch, start in epochs:
+        out += _EPOCH.pack(epoch, start)
+    out += _COUNT.pack(len(table.entries))
+    for pid, entry in table.entries.items():
+        out += _PRODUCER.pack(pid, entry.epoch, len(entry.batches))
+        for b in entry.batches:
+            out += _BATCH.pack(b.first_seq, b.last_seq, b.base_offset, b.last_offset, b.timestamp)
+    out += _CRC.pack(_crc32c.crc32c(bytes(out)))
+    return bytes(out)
+
+
+def decode_snapshot(data: bytes) -> tuple[int, ProducerStateTable, list[tuple[int, int]]]:
+    """(offset, table, epoch cache entries); SnapshotError when the bytes are not a whole,
+    undamaged snapshot."""
+    if len(data) < _HEAD.size + 2 * _COUNT.size + _CRC.size:
+        raise SnapshotError(f"{len(data)} bytes is too short for a snapshot")
+    body, (crc,) = data[:-_CRC.size], _CRC.unpack_from(data, len(data) - _CRC.size)
+    if _crc32c.crc32c(body) != crc:
+        raise SnapshotError("CRC mismatch")
+    try:
+        magic, version, offset = _HEAD.unpack_from(body, 0)
+        if magic != _MAGIC or version != _VERSION:
+            raise SnapshotError(f"not a version {_VERSION} snapshot")
+        pos = _HEAD.size
+        (n,) = _COUNT.unpack_from(body, pos)
+        pos += _COUNT.size
+        epochs = []
+        for _ in range(n):
+            epochs.append(_EPOCH.unpack_from(body, pos))
+            pos += _EPOCH.size
+        (n,) = _COUNT.unpack_from(body, pos)
+        pos += _COUNT.size
+        table = ProducerStateTable()
+        for _ in range(n):
+            pid, epoch, nb = _PRODUCER.unpack_from(body, pos)
+            pos += _PRODUCER.size
+            entry = table.entries[pid] = ProducerEntry(epoch)
+            for _ in range(nb):
+                entry.batches.append(BatchMetadata(*_BATCH.unpack_from(body, pos)))
+                pos += _BATCH.size
+    except struct.error as e:
+        raise SnapshotError(f"truncated: {e}") from None
+    if pos != len(body):
+        raise SnapshotError(f"{len(body) - pos} bytes after the last producer")
+    return offset, table, epochs
+
+
+def snapshot_path(directory: Path, offset: int) -> Path:
+    return Path(directory) / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+def list_snapshots(directory: Path) -> list[int]:
+    """Offsets of the snapshot files in a partition directory, oldest first. Leftover
+    temporary files of a write interrupted by a crash are removed on the way."""
+    offsets = []
+    for name in os.listdir(directory):
+        if name.endswith(SNAPSHOT_SUFFIX) and name[:-len(SNAPSHOT_SUFFIX)].isdigit():
+            offsets.append(int(name[:-len(SNAPSHOT_SUFFIX)]))
+        elif name.endswith(SNAPSHOT_SUFFIX + ".tmp"):
+            try:
+                os.unlink(Path(directory) / name)
+            except FileNotFoundError:
+                pass
+    return sorted(offsets)
+
+
+def delete_snapshots(directory: Path, keep) -> None:
+    """Remove every snapshot whose offset ``keep(offset)`` rejects."""
+    for off in list_snapshots(directory):
+        if not keep(off):
+            try:
+                os.unlink(snapshot_path(directory, off))
+            except FileNotFoundError:
+                pass

@@ -29,7 +29,10 @@ from replication.replica_state import EpochCache, LeaderState, truncation_point
 from replication.tree import children_of, parent_of
 from storage import Log, LogConfig, StorageError, replace_durably
 
-from .producer_state import ProducerStateTable
+from .producer_state import (
+    ProducerStateTable, SnapshotError, decode_snapshot, delete_snapshots, encode_snapshot,
+    list_snapshots, snapshot_path,
+)
 
 log = logging.getLogger("canopy.topics")
 
@@ -97,7 +100,12 @@ class Partition:
         self.committed_isr: list[int] = [node_id]
         self.producers = ProducerStateTable()
         self.epochs = EpochCache()
-        self._rebuild_from_log()
+        # Rolls met inside a replicated append, whose batches enter the producer state
+        # only after the whole append: their snapshots wait until the state reaches them.
+        self._replicating = False
+        self._pending_snapshots: list[int] = []
+        self._load_state()
+        log_.on_roll = self._on_roll
         # Long-polling fetches park an Event here; an append or a high-watermark move sets
         # them all. One Event per waiting Fetch lets a Fetch wait on many partitions.
         self.waiters: set[trio.Event] = set()
@@ -109,14 +117,103 @@ class Partition:
         # the controller decides again, since the log it led may be gone or behind.
         self.fenced = False
 
-    def _rebuild_from_log(self) -> None:
-        self.producers = ProducerStateTable()
-        self.epochs.clear()
-        headers = []
-        for h in self.log.iter_batch_headers():
-            headers.append(h)
-            self.epochs.note(h.partition_leader_epoch, h.base_offset)
-        self.producers.rebuild(headers)
+    # -- producer state and epoch cache: snapshots + replay (producer_state.py) ----------
+    def _restore_snapshot(self) -> tuple[int, ProducerStateTable, EpochCache]:
+        """The newest valid snapshot within [log start, log end] as (offset, table, epoch
+        cache); snapshots beyond the log end (a truncation, or a machine crash that lost
+        log data the snapshot had seen) are deleted, a damaged one is deleted with one
+        line and the next older one tried. Without one: (log start, empty, empty)."""
+        d = self.log.directory
+        start, end = self.log.log_start_offset, self.log.log_end_offset
+        delete_snapshots(d, lambda off: off <= end)
+        epochs = EpochCache()
+        if end > start:
+            for off in reversed(list_snapshots(d)):
+                if off < start:
+                    break
+                path = snapshot_path(d, off)
+                try:
+                    snap_off, table, entries = decode_snapshot(path.read_bytes())
+                    if snap_off != off:
+                        raise SnapshotError(f"holds offset {snap_off}")
+                except (OSError, SnapshotError) as e:
+                    log.warning("producer-state snapshot %s is damaged (%s): removed, trying an older one",
+                                path, e)
+                    path.unlink(missing_ok=True)
+                    continue
+                epochs.entries = [tuple(e) for e in entries]
+                return off, table, epochs
+        return start, ProducerStateTable(), epochs
+
+    @staticmethod
+    def _replay(headers, producers: ProducerStateTable, epochs: EpochCache) -> None:
+        for h in headers:
+            epochs.note(h.partition_leader_epoch, h.base_offset)
+            if h.producer_id >= 0 and not h.is_control:
+                producers.record(h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta,
+                                 h.base_offset, h.max_timestamp)
+
+    def _load_state(self) -> None:
+        """On start (before the event loop runs): snapshot + the batch headers after it."""
+        offset, producers, epochs = self._restore_snapshot()
+        self._replay(self.log.iter_batch_headers(offset), producers, epochs)
+        self.producers, self.epochs = producers, epochs
+
+    async def _reload_state(self) -> None:
+        """After a truncation: as _load_state, but a replay reaching below the active
+        segment (no snapshot near the new end) runs in a worker thread over pinned
+        segments, so the event loop keeps serving; batches appended meanwhile are
+        replayed here afterwards, and a truncation meanwhile starts it over."""
+        while True:
+            truncations = self.log.truncations
+            offset, producers, epochs = self._restore_snapshot()
+            if offset < self.log.active_segment.base_offset:
+                end = self.log.log_end_offset
+                segs = self.log.segments
+                self.log._pin(segs)
+                try:
+                    headers = await trio.to_thread.run_sync(
+                        lambda: [h for h in self.log.iter_batch_headers(offset, segs) if h.base_offset < end])
+                finally:
+                    self.log._unpin(segs)
+                if truncations != self.log.truncations:
+                    continue
+                self._replay(headers, producers, epochs)
+                offset = end
+            self._replay(self.log.iter_batch_headers(offset), producers, epochs)
+            self.producers, self.epochs = producers, epochs
+            return
+
+    def write_snapshot(self, offset: int | None = None) -> None:
+        """Snapshot the producer state and epoch cache as they stand, covering every batch
+        below ``offset`` (default: the log end). Durable (temp file, fsync, rename,
+        directory fsync). Snapshots below the log start offset are dropped: a restart
+        never needs them."""
+        if offset is None:
+            offset = self.log.log_end_offset
+        try:
+            replace_durably(snapshot_path(self.log.directory, offset),
+                            encode_snapshot(offset, self.producers, self.epochs.entries))
+            start = self.log.log_start_offset
+            delete_snapshots(self.log.directory, lambda off: off >= start)
+        except OSError as e:
+            # Only restart time depends on it: the next start replays from an older one.
+            log.warning("could not write producer-state snapshot of %s-%d at %d: %s",
+                        self.topic.name, self.index, offset, e)
+
+    def _on_roll(self, base_offset: int) -> None:
+        if self._replicating:
+            self._pending_snapshots.append(base_offset)
+        else:
+            # Leader appends roll before the new batch enters the log or the state: the
+            # state covers exactly the offsets below the new segment.
+            self.write_snapshot(base_offset)
+
+    def close(self) -> None:
+        """Clean shutdown: flush the log, then snapshot at its (now durable) end."""
+        self.log.close()
+        if not self.log.offline:
+            self.write_snapshot()
 
     # -- roles --------------------------------------------------------------------
     @property
@@ -217,25 +314,46 @@ class Partition:
 
     def append_replicated(self, records) -> int:
         """Follower path: the upstream's batches, byte for byte. Returns bytes appended."""
-        self.log.append_replicated(records)   # validates headers and CRCs
+        self._replicating = True
+        try:
+            self.log.append_replicated(records)   # validates headers and CRCs
+        except BaseException:
+            self._pending_snapshots.clear()   # the state does not follow a failed append
+            raise
+        finally:
+            self._replicating = False
         # The producer state and epoch cache need the headers only: walk them, no second CRC.
         headers = validate_batches(records, strict=False, check_crc=False)
+        pending = self._pending_snapshots
         for h in headers:
+            while pending and h.base_offset >= pending[0]:
+                self.write_snapshot(pending.pop(0))   # the state now covers exactly [.., roll)
             self.epochs.note(h.partition_leader_epoch, h.base_offset)
             if h.producer_id >= 0 and not h.is_control:
                 self.producers.record(h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta,
                                       h.base_offset, h.max_timestamp)
+        pending.clear()   # a roll past the last batch (none today): the next roll covers it
         self.notify_append()
         return len(records)
 
-    def truncate_to(self, offset: int) -> None:
+    async def truncate_to(self, offset: int) -> None:
         if offset >= self.log.log_end_offset:
             return
         log.warning("truncating %s-%d from %d to %d (divergent tail)", self.topic.name, self.index,
                     self.log.log_end_offset, offset)
         self.log.truncate_to(offset)
         self._hw = min(self._hw, self.log.log_end_offset)
-        self._rebuild_from_log()
+        # Snapshots past the new end describe batches that are gone: _restore_snapshot
+        # deletes them and rebuilds from an older one plus the headers after it.
+        await self._reload_state()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """The whole log lies below the upstream's log start: it restarts empty at
+        ``offset``, with no producer state and no snapshot (Kafka's truncateFullyAndStartAt)."""
+        self.log.truncate_fully_and_start_at(offset)
+        delete_snapshots(self.log.directory, lambda off: False)
+        self.producers, self.epochs = ProducerStateTable(), EpochCache()
+        self._hw = min(self._hw, self.log.log_end_offset)
 
     # -- leader epochs (OffsetForLeaderEpoch) ------------------------------------------
     def latest_epoch(self) -> int:
@@ -543,4 +661,4 @@ class TopicRegistry:
 
     def close(self) -> None:
         for p in self.all_partitions():
-            p.log.close()
+            p.close()

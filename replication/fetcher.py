@@ -9,7 +9,8 @@ Fetch also carries the epoch of its last batch (last_fetched_epoch); an upstream
 log diverged from ours answers diverging_epoch (KIP-320/595) and we truncate before
 appending, so a tail survives at no tier of the tree.
 
-The partitions are duck-typed (``log``, ``append_replicated``, ``truncate_to``,
+The partitions are duck-typed (``log``, ``append_replicated``, ``truncate_to`` (async:
+it may replay producer state in a worker thread), ``truncate_fully_and_start_at``,
 ``set_follower_high_watermark``, ``latest_epoch``, ``truncation_point``,
 ``needs_truncation``, ``leader_epoch``), so this module does not depend on broker/.
 """
@@ -90,7 +91,7 @@ class UpstreamFetcher:
                 continue   # upstream not ready for this epoch yet; try again next round
             target = p.truncation_point(r["leader_epoch"], r["end_offset"])
             if target < p.log.log_end_offset:
-                p.truncate_to(target)
+                await p.truncate_to(target)
             p.needs_truncation = False
 
     async def _fetch_once(self, parts: list) -> None:
@@ -126,15 +127,15 @@ class UpstreamFetcher:
                 # a truncation. Appending it would put the old upstream's batches after
                 # them: drop it and fetch again under the new state.
                 continue
-            self._apply(p, r)
+            await self._apply(p, r)
 
-    def _apply(self, p, r: dict) -> None:
+    async def _apply(self, p, r: dict) -> None:
         err = r["error_code"]
         if err == ErrorCode.OFFSET_OUT_OF_RANGE:
             if p.log.log_end_offset < r["log_start_offset"]:
                 # Everything we have is below the upstream's log start (retention or
                 # DeleteRecords ran there): start over at its log start.
-                p.log.truncate_fully_and_start_at(r["log_start_offset"])
+                p.truncate_fully_and_start_at(r["log_start_offset"])
             else:
                 p.needs_truncation = True   # our log is longer than the upstream's: diverged
             return
@@ -147,7 +148,7 @@ class UpstreamFetcher:
             # earlier of the two ends of that epoch, then fetch again.
             target = p.truncation_point(diverging["epoch"], diverging["end_offset"])
             if target < p.log.log_end_offset:
-                p.truncate_to(target)
+                await p.truncate_to(target)
             return
         records = r["records"]
         if records:

@@ -1,4 +1,4 @@
-"""Small metadata files (topic.json, producer_ids.json, checkpoints) written durably.
+"""Small metadata files (topic.json, producer_ids.json, producer-state snapshots) written durably.
 
 write-to-temp, fsync the file, rename over the old one, fsync the directory: after a
 crash or power loss the name holds the old contents or the new, complete, never an empty
@@ -11,10 +11,10 @@ import os
 from pathlib import Path
 
 
-def replace_durably(path: Path, text: str) -> None:
+def replace_durably(path: Path, text: str | bytes) -> None:
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
+    with open(tmp, "wb" if isinstance(text, bytes) else "w") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())

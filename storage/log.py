@@ -42,6 +42,8 @@ CHECKPOINT = "log-start-offset.checkpoint"
 MAX_SEGMENT_BYTES = (1 << 31) - 1
 # batchLength @8, lastOffsetDelta @23, maxTimestamp @35: all append needs
 _APPEND_FIELDS = struct.Struct(">8xi11xi8xq")
+# iter_batch_headers reads batches averaging more than this one header at a time
+_HEADER_READ_SPAN = 16 << 10
 
 
 class StorageError(Exception):
@@ -198,6 +200,9 @@ class Log:
         self.offline: str | None = None  # why, once an fsync failed (LogOffline)
         self._checkpoint_unsynced = False
         self.recovered_truncations = 0  # torn tails cut by recovery (for logs/tests)
+        # Called with the new segment's base offset after every roll: the broker snapshots
+        # its producer state there (Kafka takes its producer-state snapshot at roll).
+        self.on_roll = None
         self._load()
 
     # -- open / recovery ----------------------------------------------------
@@ -412,6 +417,8 @@ class Log:
         with self._lock:
             self._segments.append(new)
             self._bases.append(base_offset)
+        if self.on_roll is not None:
+            self.on_roll(base_offset)
         return new
 
     # -- reads --------------------------------------------------------------
@@ -532,13 +539,14 @@ class Log:
 
     # -- headers ------------------------------------------------------------
 
-    def iter_batch_headers(self, from_offset: int | None = None) -> Iterator[BatchHeader]:
+    def iter_batch_headers(self, from_offset: int | None = None, segments: list | None = None) -> Iterator[BatchHeader]:
         """Batch headers in offset order, read in large chunks without decoding
-        records (rebuilding idempotent-producer state on start).  ``position`` of
-        each header is its file position within its segment."""
+        records (replaying idempotent-producer state after its snapshot).  ``position``
+        of each header is its file position within its segment.  ``segments``: walk
+        these (pinned by the caller: a worker thread's replay) instead of the current list."""
         start_offset = self.log_start_offset if from_offset is None else from_offset
         chunk_limit = 1 << 20
-        for seg in list(self._segments):
+        for seg in list(self._segments) if segments is None else segments:
             if seg.next_offset <= start_offset:
                 continue
             i = seg.find_offset(start_offset)
@@ -548,6 +556,14 @@ class Log:
                 pos0 = seg._entry_pos(i)
                 j = seg.find_end_within(pos0 + chunk_limit, i + 1, n)
                 end = seg._entry_end(j - 1)
+                if end - pos0 > _HEADER_READ_SPAN * (j - i):
+                    # Large batches: read each 61-byte header on its own rather than every
+                    # record byte (a cold restart would read the whole tail from disk).
+                    for k in range(i, j):
+                        p = seg._entry_pos(k)
+                        yield _make_header((*HEADER_STRUCT.unpack(seg.read_at(p, HEADER_STRUCT.size)), p))
+                    i = j
+                    continue
                 buf = seg.read_at(pos0, end - pos0)
                 for k in range(i, j):
                     p = seg._entry_pos(k)

@@ -315,6 +315,23 @@ def test_iter_batch_headers(tmp_path):
     log.close()
 
 
+def test_iter_batch_headers_large_and_small_batches(tmp_path):
+    # batches above 16 KiB are read header by header, small ones in chunks: same headers
+    log = Log(tmp_path / "p", LogConfig(segment_bytes=200_000))
+    for i in range(40):
+        n = 50 if i % 3 == 0 else 1
+        b = build_batch([(None, os.urandom(1000), [], 5 + i)] * n, producer_id=9, producer_epoch=0,
+                        base_sequence=1000 * i)
+        log.append(b, leader_epoch=i // 10)
+    assert len(log.segments) > 2
+    want = [(h.base_offset, h.base_sequence, h.partition_leader_epoch, h.max_timestamp, h.crc)
+            for h in R.validate_batches(log.read(0, 1 << 30).read_bytes(), strict=False)]
+    got = [(h.base_offset, h.base_sequence, h.partition_leader_epoch, h.max_timestamp, h.crc)
+           for h in log.iter_batch_headers()]
+    assert got == want and len(got) == 40
+    log.close()
+
+
 # -- recovery -------------------------------------------------------------------
 
 def _seg_files(d):
