@@ -152,6 +152,8 @@ class Broker:
         self.flusher = Flusher(config.flush, config.flush_interval_ms)
         self.cluster = Cluster(self)
         self.groups = GroupCoordinator(self)
+        from .security.acl_store import AclStore
+        self.acls = AclStore(self)
 
     @property
     def advertised(self) -> tuple[str, int]:

@@ -37,6 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ssl-truststore-location", dest="ssl_truststore_location",
                    help="PEM CA certificates client certificates are verified against")
     s.add_argument("--ssl-client-auth", dest="ssl_client_auth", choices=["none", "requested", "required"])
+    s.add_argument("--authorizer", help="'standard' turns ACLs on (Kafka's StandardAuthorizer semantics)")
+    s.add_argument("--super-users", dest="super_users",
+                   help="principals allowed everything, separated by ';' (User:CN=admin;User:ANONYMOUS)")
+    s.add_argument("--allow-everyone-if-no-acl-found", dest="allow_everyone_if_no_acl_found",
+                   choices=["true", "false"])
     s.add_argument("--node-id", dest="node_id", type=int, help="this broker's node id")
     s.add_argument("--config", help="TOML config file")
     s.add_argument("--flush", choices=["async", "interval", "always"], help="flush policy")

@@ -49,6 +49,11 @@ class BrokerConfig:
     ssl_key_password: str = ""             # the private key's password, if it is encrypted
     ssl_truststore_location: str = ""      # PEM CA certificates that client certificates must chain to
     ssl_client_auth: str = "none"          # none | requested | required (mTLS)
+    # ACLs (broker/security/acl.py), after Kafka's authorizer.class.name, super.users and
+    # allow.everyone.if.no.acl.found. Empty authorizer: no checks at all (as before ACLs).
+    authorizer: str = ""                   # "" | standard (Kafka's StandardAuthorizer semantics)
+    super_users: str = ""                  # principals separated by ';', e.g. User:CN=admin;User:ANONYMOUS
+    allow_everyone_if_no_acl_found: bool = False
     node_id: int = 0
     cluster_id: str = "canopy-cluster"
     rack: str | None = None
@@ -131,6 +136,13 @@ class BrokerConfig:
                 raise ConfigError(f"inter-broker listener {inter.name} is {inter.security_protocol}: brokers "
                                   "talk PLAINTEXT to each other for now; name a PLAINTEXT listener in "
                                   "inter-broker-listener-name")
+        if self.authorizer.strip().lower() in ("", "none"):
+            self.authorizer = ""
+        elif self.authorizer.strip().rpartition(".")[2].lower() in ("standard", "standardauthorizer", "aclauthorizer"):
+            self.authorizer = "standard"
+        else:
+            raise ConfigError(f"authorizer must be 'standard' (Kafka's StandardAuthorizer) or empty, "
+                              f"got {self.authorizer!r}")
         if self.flush not in FLUSH_POLICIES:
             raise ConfigError(f"flush must be one of {', '.join(FLUSH_POLICIES)}, got {self.flush!r}")
         if self.node_id < 0:

@@ -14,12 +14,16 @@ to read with ``etcdctl get --prefix /canopy/``)::
     /canopy/topics/<name>              {"id", "configs", "fanout", "partitions": count}
     /canopy/partitions/<name>/<i>      {"replicas", "leader_epoch", "isr", "controller_epoch"}
     /canopy/producer_id_block          {"next": first id of the next free block}
+    /canopy/acls/<type>/<pattern>/<name>/<principal>/<host>/<operation>/<permission>
+                                       one ACL binding (broker/security/acl.py's JSON form);
+                                       path parts percent-encoded, the value is what counts
 
 This module is pure: etcd key-values in, image out. Every broker applies the same keys at
 the same revisions, so every broker answers Metadata alike.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 from dataclasses import dataclass, field
@@ -31,6 +35,9 @@ BROKERS = PREFIX + "brokers/"
 TOPICS = PREFIX + "topics/"
 PARTITIONS = PREFIX + "partitions/"
 PRODUCER_ID_BLOCK_KEY = PREFIX + "producer_id_block"
+ACLS = PREFIX + "acls/"
+
+_acl_generations = itertools.count(1)
 
 
 def broker_key(node_id: int) -> str:
@@ -132,6 +139,10 @@ class ClusterImage:
         self._complete: dict[str, TopicImage] = {}
         self._partitions: dict[str, dict[int, PartitionImage]] = {}
         self.unreadable: list[str] = []   # keys whose value could not be decoded
+        # ACL bindings as stored (key -> JSON object); the broker's authorizer rebuilds its
+        # index when the generation changes (unique across images, so a reload counts too).
+        self.acls: dict[str, dict] = {}
+        self.acl_generation = next(_acl_generations)
 
     @property
     def topics(self) -> dict[str, TopicImage]:
@@ -153,6 +164,14 @@ class ClusterImage:
             return None
 
     def _apply(self, key: str, value: bytes | None, mod_revision: int, create_revision: int) -> str | None:
+        if key.startswith(ACLS):
+            data = _decode(value)
+            if data is None:
+                self.acls.pop(key, None)
+            else:
+                self.acls[key] = data
+            self.acl_generation = next(_acl_generations)
+            return ""
         if key != CONTROLLER_KEY and not key.startswith((BROKERS, TOPICS, PARTITIONS)):
             return None   # e.g. the producer-id block, or a key of a newer canopy: not ours to read
         data = _decode(value)
