@@ -35,12 +35,12 @@ ADMIN, ALICE, BOB = f"User:CN=admin,{ORG}", f"User:CN=alice,{ORG}", f"User:CN=bo
 
 
 class AclCerts:
-    def __init__(self, d):
+    def __init__(self, d, hosts=("127.0.0.1",)):
         self.ca = trustme.CA()
         self.ca_pem = d / "ca.pem"
         self.ca.cert_pem.write_to_path(str(self.ca_pem))
         self.server = d / "server.pem"
-        self.ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(str(self.server))
+        self.ca.issue_cert(*hosts, "localhost").private_key_and_cert_chain_pem.write_to_path(str(self.server))
         self.users = {}
         for name in ("admin", "alice", "bob"):
             cert = self.ca.issue_cert(f"{name}@example.com", common_name=name, organization_name="Canopy Tests",
@@ -65,7 +65,7 @@ class AclCerts:
         ctx = ssl.create_default_context(cafile=str(self.ca_pem))
         crt, key = self.users[user]
         ctx.load_cert_chain(str(crt), str(key))
-        c.sock = ctx.wrap_socket(c.sock, server_hostname="127.0.0.1")
+        c.sock = ctx.wrap_socket(c.sock, server_hostname=bootstrap.rsplit(":", 1)[0])
         return c
 
 
