@@ -52,6 +52,14 @@ class AclStore:
             if not broker.cluster.enabled:
                 self._local = set(self._read_file())
                 self.authorizer.set_acls(self._local)
+            elif "User:ANONYMOUS" not in self.authorizer.super_users:
+                # Brokers talk PLAINTEXT to each other (config.validate), so a follower's
+                # Fetch and a forwarded request arrive as User:ANONYMOUS and need
+                # CLUSTER_ACTION, CREATE, WRITE...: without a super user entry (or ACLs
+                # for it) replication stops with TOPIC_AUTHORIZATION_FAILED.
+                log.warning("authorizer on in a cluster, but User:ANONYMOUS (the brokers' principal on the "
+                            "PLAINTEXT inter-broker listener) is not in super-users: replication and "
+                            "forwarding need it there or ACLs granting it CLUSTER_ACTION and more")
 
     def _read_file(self) -> list[AclBinding]:
         try:

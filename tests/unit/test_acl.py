@@ -144,3 +144,18 @@ def test_durable_form_round_trips():
             acl(R.CLUSTER, "kafka-cluster", ALICE, Op.ALTER, Permission.DENY, host=HOST)}
     assert set(decode_acls(encode_acls(acls))) == acls
     assert encode_acls(acls) == encode_acls(list(reversed(sorted(acls, key=AclBinding.key))))
+
+
+def test_cluster_image_applies_acl_keys():
+    from broker.security.acl_store import acl_etcd_key
+    from controller.image import ClusterImage, encode
+    image = ClusterImage()
+    b = acl(R.GROUP, "a/b%c", ALICE, Op.READ)
+    key = acl_etcd_key(b)
+    assert key.startswith("/canopy/acls/GROUP/LITERAL/a%2Fb%25c/")
+    gen = image.acl_generation
+    assert image.apply(key, encode(b.to_json()), 5, 5) == ""
+    assert image.acl_generation != gen and [AclBinding.from_json(v) for v in image.acls.values()] == [b]
+    image.apply(key, None, 6, 0)
+    assert image.acls == {}
+    assert image.apply("/canopy/acls/x", b"null") is None and image.unreadable == ["/canopy/acls/x"]
