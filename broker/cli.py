@@ -64,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
     from . import admin_cli
     admin_cli.add_parser(sub)   # `canopy cluster describe|promote`
+    from . import acl_cli
+    acl_cli.add_parser(sub)     # `canopy acls add|list|remove`
     return p
 
 
@@ -71,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "cluster":
         from .admin_cli import run
+        return run(args)
+    if args.command == "acls":
+        from .acl_cli import run
         return run(args)
     if args.command == "serve":
         cli = {k: v for k, v in vars(args).items() if k != "command" and v is not None}

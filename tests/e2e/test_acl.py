@@ -386,3 +386,34 @@ def test_java_admin_client_manages_acls(acl_admin_java, certs, acl_broker, tmp_p
     alice = certs.confluent("alice", b.tls)
     assert produce_error(alice, "java-x") is None
     assert produce_error(alice, "other-x").code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+# ------------------------------------------------------------------ canopy acls (CLI)
+def _cli(*args):
+    from .conftest import CANOPY
+    return subprocess.run([str(CANOPY), "acls", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_canopy_acls_cli(broker_factory, acl_broker):
+    b = broker_factory("cli-data", extra_args=["--authorizer", "standard", "--super-users", "User:ANONYMOUS"])
+    boot = ["--bootstrap", b.bootstrap]
+    r = _cli("add", *boot, "--topic", "orders-", "--pattern-type", "prefixed", "--principal", ALICE,
+             "--operation", "write", "--operation", "describe")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"TOPIC orders- PREFIXED {ALICE} * WRITE ALLOW",
+                                     f"TOPIC orders- PREFIXED {ALICE} * DESCRIBE ALLOW"]
+    assert _cli("add", *boot, "--group", "g", "--principal", BOB, "--operation", "read", "--deny").returncode == 0
+    r = _cli("list", *boot, "--topic", "orders-eu", "--pattern-type", "match")
+    assert r.stdout.splitlines() == [f"TOPIC orders- PREFIXED {ALICE} * DESCRIBE ALLOW",
+                                     f"TOPIC orders- PREFIXED {ALICE} * WRITE ALLOW"], r.stderr
+    r = _cli("remove", *boot, "--operation", "write")
+    assert r.stdout.splitlines() == [f"TOPIC orders- PREFIXED {ALICE} * WRITE ALLOW"], r.stderr
+    assert _cli("list", *boot).stdout.splitlines() == [f"GROUP g LITERAL {BOB} * READ DENY",
+                                                       f"TOPIC orders- PREFIXED {ALICE} * DESCRIBE ALLOW"]
+    # bad input and refusals: one line, exit 2
+    r = _cli("add", *boot, "--topic", "x", "--principal", "alice", "--operation", "read")
+    assert (r.returncode, r.stderr.count("\n")) == (2, 1) and "INVALID_REQUEST" in r.stderr, r.stderr
+    r = _cli("list", "--bootstrap", acl_broker.plain)   # User:ANONYMOUS is no super user there
+    assert (r.returncode, r.stderr.count("\n")) == (2, 1) and "CLUSTER_AUTHORIZATION_FAILED" in r.stderr, r.stderr
+    r = _cli("list", "--bootstrap", "127.0.0.1:notaport")
+    assert (r.returncode, r.stderr.count("\n")) == (2, 1), r.stderr
