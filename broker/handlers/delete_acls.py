@@ -44,8 +44,8 @@ async def handle(ctx, request: dict, version: int) -> dict:
         matched = iter(await store.delete(valid))
     except AclStoreError as e:
         return {"throttle_time_ms": 0, "filter_results": [
-            _result(ErrorCode.INVALID_REQUEST, f) if isinstance(f, str) else _result(ErrorCode.UNKNOWN_SERVER_ERROR, str(e))
-            for f in parsed]}
+            _result(ErrorCode.INVALID_REQUEST, f) if isinstance(f, str)
+            else _result(ErrorCode.UNKNOWN_SERVER_ERROR, str(e)) for f in parsed]}
     return {"throttle_time_ms": 0, "filter_results": [
         _result(ErrorCode.INVALID_REQUEST, f) if isinstance(f, str) else _result(matching=next(matched))
         for f in parsed]}

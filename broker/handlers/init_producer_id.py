@@ -13,8 +13,6 @@ from controller.etcd import EtcdError
 from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
 
-from ..security.acl import Operation, ResourceType
-
 API_KEY = ApiKey.INIT_PRODUCER_ID
 MIN_VERSION, MAX_VERSION = 0, 4
 

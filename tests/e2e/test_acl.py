@@ -13,14 +13,14 @@ import time
 
 import pytest
 import trustme
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
                                    NewTopic, ResourcePatternType, ResourceType)
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.admin import (ACL, ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType,
                          ResourcePattern, ResourcePatternFilter)
 from kafka.admin import ResourceType as KPResourceType
-from kafka.errors import ClusterAuthorizationFailedError, TopicAuthorizationFailedError
+from kafka.errors import ClusterAuthorizationFailedError
 
 from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
@@ -278,7 +278,8 @@ def test_groups_transactional_ids_and_authorized_operations(certs, acl_broker):
                                                     {"name": "events", "partitions": [
                                                         {"partition_index": 0, "committed_offset": 1,
                                                          "committed_leader_epoch": -1, "committed_metadata": ""}]}]})
-    groups = lambda c: sorted(g["group_id"] for g in c.request(ApiKey.LIST_GROUPS, 4, {"states_filter": []})["groups"])  # noqa: E731
+    def groups(c):
+        return sorted(g["group_id"] for g in c.request(ApiKey.LIST_GROUPS, 4, {"states_filter": []})["groups"])
     assert groups(raw) == ["bob-ok"]
     assert groups(admin_raw) == ["admins", "bob-ok"]
     r = raw.request(ApiKey.DESCRIBE_GROUPS, 5, {"groups": ["bob-ok", "admins"], "include_authorized_operations": True})
@@ -372,7 +373,8 @@ def test_java_admin_client_manages_acls(acl_admin_java, certs, acl_broker, tmp_p
              "ssl.keystore.type=PEM", f"ssl.keystore.location={keystore}"]
 
     def run(*args):
-        p = subprocess.run(["java", "-cp", acl_admin_java, "AclAdmin", b.tls, *args, *sum((["--prop", x] for x in props), [])],
+        prop_args = [a for x in props for a in ("--prop", x)]
+        p = subprocess.run(["java", "-cp", acl_admin_java, "AclAdmin", b.tls, *args, *prop_args],
                            capture_output=True, text=True, timeout=120)
         assert p.returncode == 0, p.stdout + p.stderr[-3000:]
         return sorted(p.stdout.splitlines())
