@@ -159,3 +159,18 @@ def test_cluster_image_applies_acl_keys():
     image.apply(key, None, 6, 0)
     assert image.acls == {}
     assert image.apply("/canopy/acls/x", b"null") is None and image.unreadable == ["/canopy/acls/x"]
+
+
+def test_authorizer_option():
+    from broker.config import ConfigError, load_config
+    base = {"data_dir": "/tmp/unused"}
+    assert load_config(base, {}).authorizer == ""
+    for name in ("standard", "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                 "kafka.security.authorizer.AclAuthorizer"):
+        assert load_config({**base, "authorizer": name}, {}).authorizer == "standard"
+    c = load_config(base, {"CANOPY_AUTHORIZER": "standard", "CANOPY_SUPER_USERS": "User:CN=a,O=b;User:ANONYMOUS",
+                           "CANOPY_ALLOW_EVERYONE_IF_NO_ACL_FOUND": "true"})
+    assert (c.authorizer, parse_super_users(c.super_users), c.allow_everyone_if_no_acl_found) == \
+        ("standard", {"User:CN=a,O=b", "User:ANONYMOUS"}, True)
+    with pytest.raises(ConfigError, match="authorizer must be"):
+        load_config({**base, "authorizer": "ranger"}, {})
