@@ -154,6 +154,8 @@ class Broker:
         from .security.scram import CredentialStore
         self.credentials = CredentialStore(self)   # SCRAM users: etcd's or the data dir's
         self.groups = GroupCoordinator(self)
+        from .security.acl_store import AclStore
+        self.acls = AclStore(self)
 
     @property
     def advertised(self) -> tuple[str, int]:

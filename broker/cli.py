@@ -44,6 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--inter-broker-sasl-username", dest="inter_broker_sasl_username")
     s.add_argument("--inter-broker-sasl-password", dest="inter_broker_sasl_password",
                    help="(better: CANOPY_INTER_BROKER_SASL_PASSWORD or the TOML file)")
+    s.add_argument("--authorizer", help="'standard' turns ACLs on (Kafka's StandardAuthorizer semantics)")
+    s.add_argument("--super-users", dest="super_users",
+                   help="principals allowed everything, separated by ';' (User:CN=admin;User:ANONYMOUS)")
+    s.add_argument("--allow-everyone-if-no-acl-found", dest="allow_everyone_if_no_acl_found",
+                   choices=["true", "false"])
     s.add_argument("--node-id", dest="node_id", type=int, help="this broker's node id")
     s.add_argument("--config", help="TOML config file")
     s.add_argument("--flush", choices=["async", "interval", "always"], help="flush policy")
@@ -68,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     admin_cli.add_parser(sub)   # `canopy cluster describe|promote`
     from . import users_cli
     users_cli.add_parser(sub)   # `canopy users add|list|delete`
+    from . import acl_cli
+    acl_cli.add_parser(sub)     # `canopy acls add|list|remove`
     return p
 
 
@@ -78,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
         return run(args)
     if args.command == "users":
         from .users_cli import run
+        return run(args)
+    if args.command == "acls":
+        from .acl_cli import run
         return run(args)
     if args.command == "serve":
         cli = {k: v for k, v in vars(args).items() if k != "command" and v is not None}

@@ -56,6 +56,11 @@ class BrokerConfig:
     sasl_mechanism_inter_broker_protocol: str = "SCRAM-SHA-512"
     inter_broker_sasl_username: str = ""
     inter_broker_sasl_password: str = ""
+    # ACLs (broker/security/acl.py), after Kafka's authorizer.class.name, super.users and
+    # allow.everyone.if.no.acl.found. Empty authorizer: no checks at all (as before ACLs).
+    authorizer: str = ""                   # "" | standard (Kafka's StandardAuthorizer semantics)
+    super_users: str = ""                  # principals separated by ';', e.g. User:CN=admin;User:ANONYMOUS
+    allow_everyone_if_no_acl_found: bool = False
     node_id: int = 0
     cluster_id: str = "canopy-cluster"
     rack: str | None = None
@@ -173,6 +178,13 @@ class BrokerConfig:
             raise ConfigError(f"ssl-client-auth must be one of none, requested, required, got {self.ssl_client_auth!r}")
         if self.is_cluster:
             self.inter_broker_security
+        if self.authorizer.strip().lower() in ("", "none"):
+            self.authorizer = ""
+        elif self.authorizer.strip().rpartition(".")[2].lower() in ("standard", "standardauthorizer", "aclauthorizer"):
+            self.authorizer = "standard"
+        else:
+            raise ConfigError(f"authorizer must be 'standard' (Kafka's StandardAuthorizer) or empty, "
+                              f"got {self.authorizer!r}")
         if self.flush not in FLUSH_POLICIES:
             raise ConfigError(f"flush must be one of {', '.join(FLUSH_POLICIES)}, got {self.flush!r}")
         if self.node_id < 0:

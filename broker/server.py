@@ -59,6 +59,35 @@ class RequestContext:
         self.header = header
         self.connection = connection
 
+    def allowed(self, operation, resource_type, name: str = "kafka-cluster") -> bool:
+        """May this connection's principal perform ``operation`` on the resource? Always
+        True without an authorizer (broker/security/acl.py has the rules)."""
+        acls = self.broker.acls
+        if not acls.enabled:
+            return True
+        c = self.connection
+        return acls.current().authorize(c.principal, c.host, operation, resource_type, name)
+
+    def may_write_some_topic(self) -> bool:
+        """InitProducerId for an idempotent producer: IDEMPOTENT_WRITE on the cluster, or
+        WRITE on at least one topic (Kafka's authorizeByResourceType)."""
+        from .security.acl import Operation, ResourceType
+        acls = self.broker.acls
+        if not acls.enabled or self.allowed(Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER):
+            return True
+        c = self.connection
+        return acls.current().authorize_any(c.principal, c.host, Operation.WRITE, ResourceType.TOPIC)
+
+    def authorized_operations(self, resource_type, name: str = "kafka-cluster") -> int:
+        """Kafka's authorized_operations bit set for the resource (every operation the
+        resource type has when no authorizer is configured, as Kafka answers)."""
+        from .security.acl import all_operations
+        acls = self.broker.acls
+        if not acls.enabled:
+            return all_operations(resource_type)
+        c = self.connection
+        return acls.current().authorized_operations(c.principal, c.host, resource_type, name)
+
 
 class Connection:
     # Who the client is: User:ANONYMOUS on a PLAINTEXT listener, the certificate's subject
@@ -73,9 +102,10 @@ class Connection:
         self.listener = listener
         self.id = next(_conn_ids)
         try:
-            self.peer = "%s:%s" % stream.socket.getpeername()[:2]
+            self.host, port = stream.socket.getpeername()[:2]
+            self.peer = "%s:%s" % (self.host, port)
         except OSError:
-            self.peer = "?"
+            self.peer = self.host = "?"
         # Allocated when the first bytes arrive and dropped again while idle.
         self.reader: FrameReader | None = None
 

@@ -17,12 +17,16 @@ to read with ``etcdctl get --prefix /canopy/``)::
     /canopy/users/<name>               {"SCRAM-SHA-256": {"salt", "stored_key", "server_key",
                                         "iterations"}, ...}      SCRAM credentials, salted keys only
                                                                  (broker/security/scram.py)
+    /canopy/acls/<type>/<pattern>/<name>/<principal>/<host>/<operation>/<permission>
+                                       one ACL binding (broker/security/acl.py's JSON form);
+                                       path parts percent-encoded, the value is what counts
 
 This module is pure: etcd key-values in, image out. Every broker applies the same keys at
 the same revisions, so every broker answers Metadata alike.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 from dataclasses import dataclass, field
@@ -35,6 +39,9 @@ TOPICS = PREFIX + "topics/"
 PARTITIONS = PREFIX + "partitions/"
 PRODUCER_ID_BLOCK_KEY = PREFIX + "producer_id_block"
 USERS = PREFIX + "users/"
+ACLS = PREFIX + "acls/"
+
+_acl_generations = itertools.count(1)
 
 
 def broker_key(node_id: int) -> str:
@@ -144,6 +151,10 @@ class ClusterImage:
         # mod revision (credential changes compare-and-swap on it).
         self.users: dict[str, dict] = {}
         self.user_revisions: dict[str, int] = {}
+        # ACL bindings as stored (key -> JSON object); the broker's authorizer rebuilds its
+        # index when the generation changes (unique across images, so a reload counts too).
+        self.acls: dict[str, dict] = {}
+        self.acl_generation = next(_acl_generations)
 
     @property
     def topics(self) -> dict[str, TopicImage]:
@@ -175,6 +186,14 @@ class ClusterImage:
                 # Kept as JSON: broker/security/scram.py reads the credentials out of it.
                 self.users[name] = {str(m): dict(c) for m, c in data.items()}
                 self.user_revisions[name] = mod_revision
+            return ""
+        if key.startswith(ACLS):
+            data = _decode(value)
+            if data is None:
+                self.acls.pop(key, None)
+            else:
+                self.acls[key] = data
+            self.acl_generation = next(_acl_generations)
             return ""
         if key != CONTROLLER_KEY and not key.startswith((BROKERS, TOPICS, PARTITIONS)):
             return None   # e.g. the producer-id block, or a key of a newer canopy: not ours to read

@@ -36,6 +36,9 @@ class ApiKey(IntEnum):
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
     TXN_OFFSET_COMMIT = 28
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     SASL_AUTHENTICATE = 36
@@ -63,6 +66,7 @@ _NAMES = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH: "OffsetForLeaderEpoch",
     ApiKey.ADD_PARTITIONS_TO_TXN: "AddPartitionsToTxn", ApiKey.ADD_OFFSETS_TO_TXN: "AddOffsetsToTxn",
     ApiKey.END_TXN: "EndTxn", ApiKey.TXN_OFFSET_COMMIT: "TxnOffsetCommit",
+    ApiKey.DESCRIBE_ACLS: "DescribeAcls", ApiKey.CREATE_ACLS: "CreateAcls", ApiKey.DELETE_ACLS: "DeleteAcls",
     ApiKey.DESCRIBE_CONFIGS: "DescribeConfigs", ApiKey.ALTER_CONFIGS: "AlterConfigs",
     ApiKey.CREATE_PARTITIONS: "CreatePartitions", ApiKey.DELETE_GROUPS: "DeleteGroups",
     ApiKey.INCREMENTAL_ALTER_CONFIGS: "IncrementalAlterConfigs",

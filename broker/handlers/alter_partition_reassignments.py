@@ -10,6 +10,7 @@ other brokers forward it there. v1 adds allow_replication_factor_change (must ho
 from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
 
+from ..security.acl import Operation, ResourceType
 from ..topics import TopicError
 
 API_KEY = ApiKey.ALTER_PARTITION_REASSIGNMENTS
@@ -18,6 +19,9 @@ MIN_VERSION, MAX_VERSION = 0, 1
 
 async def handle(ctx, request: dict, version: int) -> dict:
     cluster = ctx.broker.cluster
+    if not ctx.allowed(Operation.ALTER, ResourceType.CLUSTER):   # Kafka: ALTER on the cluster
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                "error_message": "ALTER on the cluster is needed", "responses": []}
     if cluster.enabled and not cluster.is_controller:
         return await cluster.forward_to_controller(API_KEY, version, request, lambda msg: {
             "throttle_time_ms": 0, "error_code": ErrorCode.NOT_CONTROLLER, "error_message": msg, "responses": []})

@@ -6,6 +6,7 @@ v1 is the same as v0; v2 flexible; v3 the same as v2. The count can only grow
 from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
 
+from ..security.acl import Operation, ResourceType
 from ..topics import TopicError
 
 API_KEY = ApiKey.CREATE_PARTITIONS
@@ -14,6 +15,15 @@ MIN_VERSION, MAX_VERSION = 0, 3
 
 async def handle(ctx, request: dict, version: int) -> dict:
     broker = ctx.broker
+    # Kafka: ALTER on each topic, checked here before a follower forwards to the controller.
+    denied = {t["name"] for t in request["topics"] if not ctx.allowed(Operation.ALTER, ResourceType.TOPIC, t["name"])}
+    if denied:
+        rest = [t for t in request["topics"] if t["name"] not in denied]
+        answered = iter((await handle(ctx, {**request, "topics": rest}, version))["results"] if rest else [])
+        return {"throttle_time_ms": 0, "results": [
+            {"name": t["name"], "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+             "error_message": "ALTER on the topic is needed"} if t["name"] in denied else next(answered)
+            for t in request["topics"]]}
     if broker.cluster.enabled and not broker.cluster.is_controller:
         return await broker.cluster.forward_to_controller(API_KEY, version, request, lambda msg: {
             "throttle_time_ms": 0, "results": [{"name": t["name"], "error_code": ErrorCode.NOT_CONTROLLER,

@@ -11,6 +11,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
 from protocol.schema import ZERO_UUID
 
+from ..security.acl import Operation, ResourceType
 from ..topics import TopicError
 
 API_KEY = ApiKey.CREATE_TOPICS
@@ -91,6 +92,21 @@ async def _cluster_create(broker, request: dict, version: int) -> dict:
 
 
 async def handle(ctx, request: dict, version: int) -> dict:
+    # Kafka: CREATE on the cluster, or else on each topic. Checked here, before a
+    # follower forwards the request (the controller sees the broker's principal).
+    if ctx.allowed(Operation.CREATE, ResourceType.CLUSTER):
+        return await _handle(ctx, request, version)
+    denied = {t["name"] for t in request["topics"] if not ctx.allowed(Operation.CREATE, ResourceType.TOPIC, t["name"])}
+    rest = [t for t in request["topics"] if t["name"] not in denied]
+    answered = iter((await _handle(ctx, {**request, "topics": rest}, version))["topics"] if rest else [])
+    return {"throttle_time_ms": 0, "topics": [
+        {"name": t["name"], "topic_id": ZERO_UUID, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+         "error_message": "CREATE on the topic or the cluster is needed", "num_partitions": -1,
+         "replication_factor": -1, "configs": None} if t["name"] in denied else next(answered)
+        for t in request["topics"]]}
+
+
+async def _handle(ctx, request: dict, version: int) -> dict:
     if ctx.broker.cluster.enabled:
         return await _cluster_create(ctx.broker, request, version)
     validate_only = request.get("validate_only", False)

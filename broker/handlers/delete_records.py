@@ -8,6 +8,8 @@ OFFSET_OUT_OF_RANGE, as in Kafka.
 from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
 
+from ..security.acl import Operation, ResourceType
+
 API_KEY = ApiKey.DELETE_RECORDS
 MIN_VERSION, MAX_VERSION = 0, 2
 
@@ -17,12 +19,15 @@ async def handle(ctx, request: dict, version: int) -> dict:
     topics = []
     for t in request["topics"]:
         topic = registry.get(t["name"])
+        denied = not ctx.allowed(Operation.DELETE, ResourceType.TOPIC, t["name"])   # Kafka: DELETE on the topic
         parts = []
         for pr in t["partitions"]:
             idx, offset = pr["partition_index"], pr["offset"]
             out = {"partition_index": idx, "low_watermark": -1, "error_code": 0}
             p = topic.partitions[idx] if topic is not None and 0 <= idx < len(topic.partitions) else None
-            if p is None or not p.is_replica:
+            if denied:
+                out["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif p is None or not p.is_replica:
                 out["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif not p.is_leader:
                 # Sent to the leader (as in Kafka); followers learn the new log start offset

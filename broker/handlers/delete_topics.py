@@ -8,6 +8,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
 from protocol.schema import ZERO_UUID
 
+from ..security.acl import Operation, ResourceType
 from ..topics import INTERNAL_TOPICS, TopicError
 
 API_KEY = ApiKey.DELETE_TOPICS
@@ -39,7 +40,36 @@ async def _cluster_delete(ctx, request: dict, version: int) -> dict:
     return {"throttle_time_ms": 0, "responses": responses}
 
 
+def _name_of(ctx, entry) -> str | None:
+    if isinstance(entry, str):
+        return entry
+    if entry.get("name") is not None:
+        return entry["name"]
+    b = ctx.broker
+    found = (next((t.name for t in b.cluster.image.topics.values() if t.topic_id == entry.get("topic_id")), None)
+             if b.cluster.enabled else getattr(b.topics.by_id.get(entry.get("topic_id")), "name", None))
+    return found
+
+
 async def handle(ctx, request: dict, version: int) -> dict:
+    # Kafka: DELETE on each topic (TOPIC_AUTHORIZATION_FAILED, also for a topic that does
+    # not exist, so existence does not leak). Checked before forwarding to the controller.
+    field = "topics" if version >= 6 else "topic_names"
+    entries = request[field]
+    denied = [(n := _name_of(ctx, e)) is not None and not ctx.allowed(Operation.DELETE, ResourceType.TOPIC, n)
+              for e in entries]
+    if not any(denied):
+        return await _handle(ctx, request, version)
+    rest = [e for e, d in zip(entries, denied) if not d]
+    answered = iter((await _handle(ctx, {**request, field: rest}, version))["responses"] if rest else [])
+    return {"throttle_time_ms": 0, "responses": [
+        {"name": e if isinstance(e, str) else e.get("name"),
+         "topic_id": (e.get("topic_id") if not isinstance(e, str) else None) or ZERO_UUID,
+         "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "error_message": "DELETE on the topic is needed"}
+        if d else next(answered) for e, d in zip(entries, denied)]}
+
+
+async def _handle(ctx, request: dict, version: int) -> dict:
     if ctx.broker.cluster.enabled:
         return await _cluster_delete(ctx, request, version)
     registry = ctx.broker.topics

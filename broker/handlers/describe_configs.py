@@ -7,6 +7,8 @@ requested are simply absent, as in Kafka.
 from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
 
+from ..security.acl import Operation, ResourceType
+
 API_KEY = ApiKey.DESCRIBE_CONFIGS
 MIN_VERSION, MAX_VERSION = 1, 4
 
@@ -69,7 +71,12 @@ async def handle(ctx, request: dict, version: int) -> dict:
     for res in request["resources"]:
         rtype, rname, keys = res["resource_type"], res["resource_name"], res.get("configuration_keys")
         out = {"error_code": 0, "error_message": None, "resource_type": rtype, "resource_name": rname, "configs": []}
-        if rtype == TOPIC:
+        # Kafka: DESCRIBE_CONFIGS on the topic, or on the cluster for a broker's configs.
+        if rtype == TOPIC and not ctx.allowed(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, rname):
+            out.update(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message="DESCRIBE_CONFIGS is needed")
+        elif rtype == BROKER and not ctx.allowed(Operation.DESCRIBE_CONFIGS, ResourceType.CLUSTER):
+            out.update(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message="DESCRIBE_CONFIGS is needed")
+        elif rtype == TOPIC:
             topic = broker.topics.get(rname)
             if topic is None:
                 out.update(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, error_message=f"unknown topic {rname!r}")

@@ -27,6 +27,7 @@ from protocol.schema import ExternalBytes
 from storage import LogOffline, OffsetOutOfRange
 
 from ..broker import monotonic_ms
+from ..security.acl import Operation, ResourceType
 
 API_KEY = ApiKey.FETCH
 MIN_VERSION, MAX_VERSION = 4, 12
@@ -42,7 +43,7 @@ def check_leader_epoch(partition, requested: int) -> ErrorCode:
 
 class _PartitionRead:
     __slots__ = ("topic_name", "request", "partition", "error", "result", "preferred_read_replica",
-                 "diverging_epoch")
+                 "diverging_epoch", "denied")
 
     def __init__(self, topic_name, request, partition):
         self.topic_name = topic_name
@@ -52,6 +53,7 @@ class _PartitionRead:
         self.result = None
         self.preferred_read_replica = -1
         self.diverging_epoch = None
+        self.denied = False
 
 
 def diverging_epoch(p, fetch_offset: int, last_fetched_epoch: int) -> tuple[int, int] | None:
@@ -93,6 +95,9 @@ def _read_all(broker, reads: list[_PartitionRead], max_bytes: int, replica_id: i
             r.result.release()
             r.result = None
         p = r.partition
+        if r.denied:
+            r.error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            continue
         if p is None:
             r.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             continue
@@ -154,16 +159,23 @@ async def handle(ctx, request: dict, version: int) -> dict:
     broker = ctx.broker
     registry = broker.topics
     reads: list[_PartitionRead] = []
+    replica_id = request.get("replica_id", -1)
+    # Kafka: a replica's fetch needs CLUSTER_ACTION on the cluster, a consumer's READ on
+    # each topic; refused partitions answer TOPIC_AUTHORIZATION_FAILED (and are not read).
+    replica_allowed = replica_id < 0 or ctx.allowed(Operation.CLUSTER_ACTION, ResourceType.CLUSTER)
     for t in request["topics"]:
         topic = registry.get(t["topic"])
+        denied = not replica_allowed or (replica_id < 0 and not ctx.allowed(Operation.READ, ResourceType.TOPIC,
+                                                                            t["topic"]))
         for pr in t["partitions"]:
             idx = pr["partition"]
-            p = topic.partitions[idx] if topic is not None and 0 <= idx < len(topic.partitions) else None
-            reads.append(_PartitionRead(t["topic"], pr, p))
+            p = topic.partitions[idx] if topic is not None and 0 <= idx < len(topic.partitions) and not denied \
+                else None
+            reads.append(r := _PartitionRead(t["topic"], pr, p))
+            r.denied = denied
 
     max_bytes = request.get("max_bytes", 0x7FFFFFFF)
     min_bytes = request["min_bytes"]
-    replica_id = request.get("replica_id", -1)
     if replica_id >= 0:
         now = monotonic_ms()   # lag time must not jump with the wall clock
         for r in reads:

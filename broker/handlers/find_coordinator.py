@@ -16,6 +16,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
 
 from ..listeners import request_listener
+from ..security.acl import Operation, ResourceType
 
 API_KEY = ApiKey.FIND_COORDINATOR
 MIN_VERSION, MAX_VERSION = 0, 4
@@ -42,9 +43,19 @@ def _answer(broker, key_type: int, key: str, listener: str | None) -> dict:
     return {"error_code": 0, "error_message": None, "node_id": node, "host": b["host"], "port": b["port"]}
 
 
+def _checked_answer(ctx, key_type: int, key: str) -> dict:
+    # Kafka: DESCRIBE on the group, or on the transactional id.
+    if key_type in (GROUP, TRANSACTION) and not ctx.allowed(
+            Operation.DESCRIBE, ResourceType.GROUP if key_type == GROUP else ResourceType.TRANSACTIONAL_ID, key):
+        return {"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED if key_type == GROUP
+                else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "error_message": "DESCRIBE is needed", "node_id": -1, "host": "", "port": -1}
+    return _answer(ctx.broker, key_type, key, request_listener(ctx))
+
+
 async def handle(ctx, request: dict, version: int) -> dict:
     key_type = request.get("key_type", GROUP)
     if version >= 4:
         return {"throttle_time_ms": 0, "coordinators": [
-            {"key": key, **_answer(ctx.broker, key_type, key, request_listener(ctx))} for key in request["coordinator_keys"]]}
-    return {"throttle_time_ms": 0, **_answer(ctx.broker, key_type, request["key"], request_listener(ctx))}
+            {"key": key, **_checked_answer(ctx, key_type, key)} for key in request["coordinator_keys"]]}
+    return {"throttle_time_ms": 0, **_checked_answer(ctx, key_type, request["key"])}

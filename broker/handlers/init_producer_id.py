@@ -20,8 +20,15 @@ MAX_EPOCH = 32767
 
 
 async def handle(ctx, request: dict, version: int) -> dict:
-    if request.get("transactional_id") is not None:
+    txn_id = request.get("transactional_id")
+    if txn_id is not None:
+        # (WRITE on the transactional id is what Kafka checks; refused either way here.)
         return {"throttle_time_ms": 0, "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "producer_id": -1, "producer_epoch": -1}
+    if not ctx.may_write_some_topic():
+        # Kafka: an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on
+        # at least one topic (KIP-679).
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                 "producer_id": -1, "producer_epoch": -1}
     pid, epoch = request.get("producer_id", -1), request.get("producer_epoch", -1)
     if pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:

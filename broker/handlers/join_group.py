@@ -12,8 +12,10 @@ rejoined, or the rebalance timeout elapsed). Only the leader receives the member
 """
 import logging
 
+from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
 
+from ..security.acl import Operation, ResourceType
 from ._group_common import client_host, client_id
 
 API_KEY = ApiKey.JOIN_GROUP
@@ -23,6 +25,10 @@ log = logging.getLogger("canopy.groups")
 
 
 async def handle(ctx, request: dict, version: int) -> dict:
+    if not ctx.allowed(Operation.READ, ResourceType.GROUP, request["group_id"]):   # Kafka: READ on the group
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "generation_id": -1,
+                "protocol_type": None, "protocol_name": None if version >= 7 else "", "leader": "",
+                "skip_assignment": False, "member_id": request.get("member_id") or "", "members": []}
     if version >= 8 and request.get("reason"):
         log.debug("member %r joins group %r: %s", request.get("member_id"), request["group_id"],
                   request["reason"])

@@ -9,6 +9,8 @@ import logging
 from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
 
+from ..security.acl import Operation, ResourceType
+
 API_KEY = ApiKey.LEAVE_GROUP
 MIN_VERSION, MAX_VERSION = 0, 5
 
@@ -17,6 +19,8 @@ log = logging.getLogger("canopy.groups")
 
 async def handle(ctx, request: dict, version: int) -> dict:
     group_id = request["group_id"]
+    if not ctx.allowed(Operation.READ, ResourceType.GROUP, group_id):   # Kafka: READ on the group
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "members": []}
     if version < 3:
         members = [(request.get("member_id") or "", None)]
     else:

@@ -11,6 +11,7 @@ Spark's offset reader relies on that to mean "no match".
 from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
 
+from ..security.acl import Operation, ResourceType
 from .fetch import check_leader_epoch
 
 API_KEY = ApiKey.LIST_OFFSETS
@@ -48,12 +49,15 @@ async def handle(ctx, request: dict, version: int) -> dict:
     topics = []
     for t in request["topics"]:
         topic = registry.get(t["name"])
+        denied = not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, t["name"])   # Kafka: DESCRIBE on the topic
         parts = []
         for pr in t["partitions"]:
             idx = pr["partition_index"]
             out = {"partition_index": idx, "error_code": 0, "timestamp": -1, "offset": -1, "leader_epoch": -1}
             p = topic.partitions[idx] if topic is not None and 0 <= idx < len(topic.partitions) else None
-            if p is None or not p.is_replica:
+            if denied:
+                out["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif p is None or not p.is_replica:
                 out["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif replica_id != DEBUGGING_REPLICA_ID and not p.is_leader:
                 out["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER   # as Kafka: ask the leader

@@ -9,6 +9,12 @@ Auto-creation: kcat, librdkafka and Java producers expect a topic they ask for t
 canopy creates it at once and answers with the real metadata (Kafka may instead answer
 LEADER_NOT_AVAILABLE while creating; both are accepted by clients).
 
+With ACLs (broker/security/acl.py), as Kafka: a topic the principal may not DESCRIBE is
+left out of an all-topics answer and answered TOPIC_AUTHORIZATION_FAILED when named,
+whether it exists or not (no existence leak); auto-creation needs CREATE on the cluster or
+the topic (TOPIC_AUTHORIZATION_FAILED otherwise). include_cluster/topic_authorized_operations
+(v8+) get Kafka's bit sets; without an authorizer every operation of the resource type.
+
 Brokers are listed with their endpoints on the listener the request arrived on (KIP-103):
 a client outside the brokers' network is told addresses it can reach.
 """
@@ -21,6 +27,7 @@ from protocol.schema import ZERO_UUID
 from replication.client import PeerError
 
 from ..listeners import request_listener
+from ..security.acl import Operation, ResourceType
 from ..topics import INTERNAL_TOPICS, TopicError, validate_topic_name
 
 API_KEY = ApiKey.METADATA
@@ -71,7 +78,8 @@ def cluster_topic_metadata(broker, t, listed: set[int] | None = None) -> dict:
     }
 
 
-async def _cluster_handle(ctx, request: dict, version: int, auto_create: bool, listed: set[int]) -> list:
+async def _cluster_handle(ctx, request: dict, version: int, auto_create: bool, listed: set[int],
+                          no_create: set) -> list:
     broker = ctx.broker
     cluster = broker.cluster
     image = cluster.image
@@ -85,7 +93,7 @@ async def _cluster_handle(ctx, request: dict, version: int, auto_create: bool, l
         name = entry.get("name")
         t = image.topics.get(name) if name is not None else next(
             (x for x in image.topics.values() if x.topic_id == entry.get("topic_id")), None)
-        if t is None and name is not None and auto_create:
+        if t is None and name is not None and auto_create and name not in no_create:
             try:
                 validate_topic_name(name)
             except TopicError as e:
@@ -126,14 +134,59 @@ async def _create_in_cluster(broker, name: str) -> None:
             await cluster.changed().wait()
 
 
+OMITTED = -2147483648   # authorized operations not asked for
+
+
 async def handle(ctx, request: dict, version: int) -> dict:
+    requested = request.get("topics")
+    if version == 0 and requested == []:
+        requested = None
+    if not ctx.broker.acls.enabled:
+        response = await _handle(ctx, request, version, set())
+    else:
+        names = {e["name"] for e in requested or () if e.get("name") is not None}
+        denied = {n for n in names if not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, n)}
+        no_create = {n for n in names - denied if not ctx.allowed(Operation.CREATE, ResourceType.CLUSTER)
+                     and not ctx.allowed(Operation.CREATE, ResourceType.TOPIC, n)}
+        if requested is not None:
+            request = {**request, "topics": [e for e in requested if e.get("name") not in denied]}
+        response = await _handle(ctx, request, version, no_create)
+        auto = request.get("allow_auto_topic_creation", True) if version >= 4 else True
+        topics = []
+        for t in response["topics"]:
+            if t["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and t["name"] in no_create and auto \
+                    and ctx.broker.config.auto_create_topics:
+                t = {**t, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+            elif t["error_code"] == 0 and not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, t["name"]):
+                if requested is None:
+                    continue   # (named by id, or all topics: only describable ones are shown)
+                t = {"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "partitions": [],
+                     "name": t["name"] if t["name"] in names else (None if version >= 12 else ""),
+                     "topic_id": ZERO_UUID if t["name"] in names else t["topic_id"]}
+            elif version == 0 and requested is not None and t["name"] not in names:
+                continue   # v0's empty list means all: the request named only refused topics
+            topics.append(t)
+        topics += [{"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": n, "topic_id": ZERO_UUID,
+                    "partitions": []} for n in sorted(denied)]
+        response["topics"] = topics
+    if version >= 8:
+        if request.get("include_topic_authorized_operations"):
+            for t in response["topics"]:
+                t["topic_authorized_operations"] = (ctx.authorized_operations(ResourceType.TOPIC, t["name"])
+                                                    if t["error_code"] == 0 else OMITTED)
+        if version <= 10 and request.get("include_cluster_authorized_operations"):
+            response["cluster_authorized_operations"] = ctx.authorized_operations(ResourceType.CLUSTER)
+    return response
+
+
+async def _handle(ctx, request: dict, version: int, no_create: set) -> dict:
     broker = ctx.broker
     registry = broker.topics
     if broker.cluster.enabled:
         auto = (request.get("allow_auto_topic_creation", True) if version >= 4 else True) \
             and broker.config.auto_create_topics
         brokers = broker.brokers(request_listener(ctx))
-        topics = await _cluster_handle(ctx, request, version, auto, {b["node_id"] for b in brokers})
+        topics = await _cluster_handle(ctx, request, version, auto, {b["node_id"] for b in brokers}, no_create)
         return {"throttle_time_ms": 0, "brokers": brokers, "cluster_id": broker.config.cluster_id,
                 "controller_id": broker.controller_id, "topics": topics}
     requested = request.get("topics")
@@ -150,7 +203,7 @@ async def handle(ctx, request: dict, version: int) -> dict:
         for entry in requested:
             name, topic_id = entry.get("name"), entry.get("topic_id")
             topic = registry.get(name) if name is not None else registry.by_id.get(topic_id)
-            if topic is None and name is not None and auto_create:
+            if topic is None and name is not None and auto_create and name not in no_create:
                 try:
                     topic = registry.create(name, broker.config.num_partitions)
                 except TopicError as e:

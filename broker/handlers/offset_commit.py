@@ -15,7 +15,10 @@ standalone commit (assign() users: kcat, Spark); otherwise the member id and gen
 must match the group's current ones. The response is sent once the offsets are durable
 in ``__consumer_offsets``.
 """
+from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
+
+from ..security.acl import Operation, ResourceType
 
 API_KEY = ApiKey.OFFSET_COMMIT
 MIN_VERSION, MAX_VERSION = 0, 9
@@ -23,15 +26,25 @@ MIN_VERSION, MAX_VERSION = 0, 9
 
 async def handle(ctx, request: dict, version: int) -> dict:
     topics = request.get("topics") or []
+    # Kafka: READ on the group (else every partition GROUP_AUTHORIZATION_FAILED), then READ
+    # on each topic (TOPIC_AUTHORIZATION_FAILED; the others are still committed).
+    if not ctx.allowed(Operation.READ, ResourceType.GROUP, request["group_id"]):
+        errors = {(t["name"], p["partition_index"]): ErrorCode.GROUP_AUTHORIZATION_FAILED
+                  for t in topics for p in t.get("partitions") or []}
+    else:
+        errors = {(t["name"], p["partition_index"]): ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                  for t in topics if not ctx.allowed(Operation.READ, ResourceType.TOPIC, t["name"])
+                  for p in t.get("partitions") or []}
     offsets = [(t["name"], p["partition_index"], p["committed_offset"],
                 p.get("committed_leader_epoch", -1) if version >= 6 else -1,
                 p.get("committed_metadata"))
-               for t in topics for p in t.get("partitions") or []]
-    errors = await ctx.broker.groups.commit(
-        request["group_id"], member_id=request.get("member_id") or "",
-        group_instance_id=request.get("group_instance_id") if version >= 7 else None,
-        generation_id=request.get("generation_id_or_member_epoch", -1) if version >= 1 else -1,
-        offsets=offsets)
+               for t in topics for p in t.get("partitions") or [] if (t["name"], p["partition_index"]) not in errors]
+    if offsets or not errors:
+        errors.update(await ctx.broker.groups.commit(
+            request["group_id"], member_id=request.get("member_id") or "",
+            group_instance_id=request.get("group_instance_id") if version >= 7 else None,
+            generation_id=request.get("generation_id_or_member_epoch", -1) if version >= 1 else -1,
+            offsets=offsets))
     return {"throttle_time_ms": 0, "topics": [
         {"name": t["name"], "partitions": [
             {"partition_index": p["partition_index"],

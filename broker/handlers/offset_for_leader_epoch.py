@@ -10,6 +10,7 @@ a moving epoch makes clients call it too (KIP-320), to detect truncation.
 from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
 
+from ..security.acl import Operation, ResourceType
 from .fetch import check_leader_epoch
 
 API_KEY = ApiKey.OFFSET_FOR_LEADER_EPOCH
@@ -20,13 +21,19 @@ async def handle(ctx, request: dict, version: int) -> dict:
     registry = ctx.broker.topics
     replica_id = request.get("replica_id", -1)
     topics = []
+    # Kafka: a replica needs CLUSTER_ACTION on the cluster, a consumer DESCRIBE on the topic.
+    replica_allowed = replica_id < 0 or ctx.allowed(Operation.CLUSTER_ACTION, ResourceType.CLUSTER)
     for t in request["topics"]:
+        denied = not replica_allowed or (replica_id < 0 and not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC,
+                                                                            t["topic"]))
         parts = []
         for pr in t["partitions"]:
             idx = pr["partition"]
             out = {"error_code": 0, "partition": idx, "leader_epoch": -1, "end_offset": -1}
             p = registry.partition(t["topic"], idx)
-            if p is None or not p.is_replica:
+            if denied:
+                out["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif p is None or not p.is_replica:
                 out["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif (replica_id < 0 and replica_id != -2 and not p.is_leader) or p.fenced:
                 # (a fenced former leader's log must not decide where followers truncate)

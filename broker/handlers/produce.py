@@ -29,6 +29,7 @@ from protocol.records import (NO_TIMESTAMP, TIMESTAMP_TYPE_MASK, BatchHeader, In
 from storage import LogOffline, StorageError
 
 from ..broker import now_ms
+from ..security.acl import Operation, ResourceType
 
 API_KEY = ApiKey.PRODUCE
 MIN_VERSION, MAX_VERSION = 0, 11
@@ -200,13 +201,21 @@ async def handle(ctx, request: dict, version: int) -> dict | None:
     responses = []
     appended = False
     committed_waits = []   # (partition, next offset, response) for acks=all
+    # Kafka: WRITE on the transactional id (when one is given) and on each topic, checked
+    # before existence so a refused client learns nothing about which topics exist.
+    txn_id = request.get("transactional_id")
+    txn_denied = txn_id is not None and not ctx.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id)
     for topic_data in request["topic_data"]:
         name = topic_data["name"]
         topic = broker.topics.get(name)
         parts = []
+        denied = txn_denied or not ctx.allowed(Operation.WRITE, ResourceType.TOPIC, name)
         for pd in topic_data["partition_data"]:
             index = pd["index"]
-            if acks not in (-1, 0, 1):
+            if denied:
+                parts.append(_partition_response(index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if txn_denied
+                                                 else ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            elif acks not in (-1, 0, 1):
                 parts.append(_partition_response(index, ErrorCode.INVALID_REQUIRED_ACKS))
             elif version < 3:
                 parts.append(_partition_response(index, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT))

@@ -10,14 +10,15 @@ from broker.groups.offsets_log import (OFFSETS_TOPIC, OffsetEntry, decode_key, d
                                        encode_key, encode_value)
 from broker.handlers import (describe_groups, heartbeat, join_group, leave_group, list_groups,
                              offset_commit, offset_fetch, sync_group)
+from broker.server import RequestContext
 from protocol.errors import ErrorCode
 
 
-class Ctx:
+class Ctx(RequestContext):
+    """The handlers' RequestContext with a stand-in connection (no socket)."""
     def __init__(self, broker, client_id="cl"):
-        self.broker = broker
-        self.header = type("H", (), {"client_id": client_id})()
-        self.connection = type("C", (), {"peer": "127.0.0.1:5555"})()
+        super().__init__(broker, type("H", (), {"client_id": client_id})(),
+                         type("C", (), {"peer": "127.0.0.1:5555", "host": "127.0.0.1", "principal": "User:ANONYMOUS"})())
 
 
 def make_broker(tmp_path, **kw):
