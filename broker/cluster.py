@@ -328,7 +328,8 @@ class Cluster:
         backoff = 0.1
         me = broker_key(self.node_id)
         host, port = self.config.advertised_addr   # the inter-broker listener's
-        value = encode(broker_registration(host, port, self.config.rack, self.config.listener_config.advertised))
+        value = encode(broker_registration(host, port, self.config.rack, self.config.listener_config.advertised,
+                                           self.config.http_advertised))
         while True:
             try:
                 if not self.lease_id:
@@ -394,6 +395,11 @@ class Cluster:
             await trio.sleep(0.5)
             return
         if r.succeeded:
+            # Kafka's IsrShrinksPerSec / IsrExpandsPerSec
+            if set(pi.isr) - set(isr):
+                self.broker.stats.isr_shrinks += 1
+            if set(isr) - set(pi.isr):
+                self.broker.stats.isr_expands += 1
             log.info("ISR of %s-%d: %s -> %s (leader epoch %d)", topic, index, pi.isr, isr, pi.leader_epoch)
         # else: the partition changed meanwhile (an election, say); the watch brings it.
 

@@ -108,6 +108,11 @@ class Partition:
         # A leadership this broker held before it (re)started: not to be exercised until
         # the controller decides again, since the log it led may be gone or behind.
         self.fenced = False
+        # Traffic counters for /metrics (Kafka's BrokerTopicMetrics), plain ints bumped on
+        # the request path and summed per topic only when scraped.
+        self.bytes_in = self.messages_in = self.bytes_out = 0
+        self.replication_bytes_in = self.replication_messages_in = self.replication_bytes_out = 0
+        self.last_upstream_fetch_ms = -1   # monotonic ms of the last answered fetch from our upstream
 
     def _rebuild_from_log(self) -> None:
         self.producers = ProducerStateTable()
@@ -191,6 +196,8 @@ class Partition:
             self.maybe_advance_hw()
 
     def set_follower_high_watermark(self, hw: int) -> None:
+        # Called once per answered fetch from the upstream: the status page's "last fetch".
+        self.last_upstream_fetch_ms = time.monotonic_ns() // 1_000_000
         hw = min(hw, self.log.log_end_offset)
         if hw > self._hw:
             self._hw = hw
@@ -220,7 +227,9 @@ class Partition:
         self.log.append_replicated(records)   # validates headers and CRCs
         # The producer state and epoch cache need the headers only: walk them, no second CRC.
         headers = validate_batches(records, strict=False, check_crc=False)
+        self.replication_bytes_in += len(records)
         for h in headers:
+            self.replication_messages_in += h.records_count
             self.epochs.note(h.partition_leader_epoch, h.base_offset)
             if h.producer_id >= 0 and not h.is_control:
                 self.producers.record(h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta,
