@@ -407,15 +407,22 @@ def serve(config: BrokerConfig) -> None:
         lock = DataDirLock(data_dir)
     except DataDirLocked as e:
         raise StartupError(str(e)) from None
+    http_sock = None
     try:
-        raw = bind_listeners(config)
-        http_sock = None
+        if config.http_listen:
+            # Bound before the Kafka listeners: whoever sees the Kafka port open finds the
+            # HTTP port open too.
+            from .config import parse_hostport
+            from .http.app import prepare_socket
+            http_sock = bind_listener(*parse_hostport(config.http_listen, "http-listen"))
+            prepare_socket(http_sock, SEND_TIMEOUT_S)
         try:
-            if config.http_listen:
-                from .config import parse_hostport
-                from .http.app import prepare_socket
-                http_sock = bind_listener(*parse_hostport(config.http_listen, "http-listen"))
-                prepare_socket(http_sock, SEND_TIMEOUT_S)
+            raw = bind_listeners(config)
+        except BaseException:
+            if http_sock is not None:
+                http_sock.close()
+            raise
+        try:
             broker = Broker(config)
             try:
                 trio.run(_run, config, raw, broker, http_sock)
