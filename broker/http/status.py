@@ -193,7 +193,7 @@ function arm(){if(t)clearTimeout(t);if(box.checked)t=setTimeout(function(){locat
 box.checked=location.hash!=='#paused';box.onchange=function(){location.hash=box.checked?'':'#paused';arm();};arm();})();
 """
 
-NODE_W, NODE_H, GAP_X, GAP_Y = 150, 62, 16, 34
+NODE_W, NODE_H, GAP_X, GAP_Y = 178, 62, 16, 34
 
 
 def _fmt(v, unit="") -> str:
@@ -274,9 +274,9 @@ def render_page(view: dict) -> str:
         f'<tr><td>{e(s["endpoint"])}</td><td class="{"ok" if s["healthy"] else "bad"}">'
         f'{"healthy" if s["healthy"] else "unhealthy"}</td><td>{"leader" if s.get("leader") else ""}</td>'
         f'<td>{e(str(s.get("error") or ""))}</td></tr>' for s in view["metadata_store"])
-    parts = []
+    parts, internal = [], []
     for p in view["partitions"]:
-        parts.append(f'<div class="part" id="{e(p["topic"])}-{p["partition"]}"><div><b>{e(p["topic"])}-{p["partition"]}</b> '
+        (internal if p["topic"].startswith("__") else parts).append(f'<div class="part" id="{e(p["topic"])}-{p["partition"]}"><div><b>{e(p["topic"])}-{p["partition"]}</b> '
                      f'epoch {p["leader_epoch"]} · ISR {p["isr"]} · HW {_fmt(p["high_watermark"])}</div>'
                      f'{tree_svg(p)}</div>')
     groups = []
@@ -302,6 +302,7 @@ def render_page(view: dict) -> str:
 <table><tr><th>endpoint</th><th>health</th><th>raft</th><th>error</th></tr>{store_rows or '<tr><td colspan="4" class="muted">none: a single broker</td></tr>'}</table>
 <h2>Partitions</h2>
 {"".join(parts) or '<p class="muted">no topics</p>'}
+<details><summary>internal topics ({len(internal)} partitions)</summary>{"".join(internal)}</details>
 <h2>Consumer groups</h2>
 <table><tr><th>group</th><th>state</th><th>coordinator</th><th>members and assignments</th><th>lag</th></tr>{"".join(groups) or '<tr><td colspan="5" class="muted">none</td></tr>'}</table>
 <script>{_SCRIPT}</script>
