@@ -10,7 +10,8 @@ to read with ``etcdctl get --prefix /canopy/``)::
                                                                  is the controller epoch
     /canopy/brokers/<id>               {"host", "port", "rack",  leased: a lost lease is a dead broker;
                                         "listeners": {NAME:      host/port are the inter-broker
-                                          {"host", "port"}}}     listener's, listeners all advertised ones
+                                          {"host", "port"}},     listener's, listeners all advertised ones;
+                                        "http": {"host", "port"}} its --http-listen address (optional)
     /canopy/topics/<name>              {"id", "configs", "fanout", "partitions": count}
     /canopy/partitions/<name>/<i>      {"replicas", "leader_epoch", "isr", "controller_epoch"}
     /canopy/producer_id_block          {"next": first id of the next free block}
