@@ -241,3 +241,39 @@ def test_busy_or_bad_http_listen_is_one_line_and_exit_2(tmp_path):
             assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     finally:
         busy.close()
+
+
+def test_single_broker_metrics_per_partition_and_connection_failures(broker_factory):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    port = free_port()
+    b = broker_factory(extra_args=["--http-listen", f"127.0.0.1:{port}", "--metrics-per-partition", "true",
+                                   "--num-partitions", "3"])
+    b.http = f"127.0.0.1:{port}"
+    p = KafkaProducer(bootstrap_servers=b.bootstrap)
+    for i in range(30):
+        p.send("pp", value=b"v", partition=i % 3).get(30)
+    p.close()
+    # a client that sends a frame that is no Kafka request: one failure, one log line
+    s = socket.create_connection(("127.0.0.1", b.port))
+    s.sendall(b"\x00\x00\x00\x06" + b"\x7f\x7f\x00\x00\x00\x01")
+    s.settimeout(10)
+    assert s.recv(10) == b""
+    s.close()
+
+    def samples():
+        _, _, body = get(b, "/metrics")
+        out = {}
+        for f in text_string_to_metric_families(body.decode()):
+            for smp in f.samples:
+                out[(smp.name, tuple(sorted(smp.labels.items())))] = smp.value
+        return out
+
+    m = samples()
+    for i in range(3):
+        assert m[("kafka_server_brokertopicmetrics_messagesin_total", (("partition", str(i)), ("topic", "pp")))] == 10
+        assert m[("kafka_log_log_logendoffset", (("partition", str(i)), ("topic", "pp")))] == 10
+    assert m[("kafka_server_socketservermetrics_connection_failures_total", ())] == 1
+    assert m[("kafka_controller_kafkacontroller_activecontrollercount", ())] == 1
+    assert m[("kafka_network_requestmetrics_requests_total", (("request", "Produce"),))] == 30
+    assert "closing connection" in b.log_text()
