@@ -150,6 +150,28 @@ async def serve_http(broker, sock: socket.socket, task_status=trio.TASK_STATUS_I
     config.errorlog = logging.getLogger("hypercorn.error")
     config.graceful_timeout = 1.0
     app = App(broker)
-    log.info("HTTP (metrics, status page, tail) on http://%s:%d/", *sock.getsockname()[:2])
+    ctx = tls_context(broker.config)
+    if ctx is not None:
+        config.create_ssl_context = lambda: ctx
+        sockets = Sockets([sock], [], [])
+    else:
+        sockets = Sockets([], [sock], [])
+    log.info("HTTP (metrics, status page, tail) on %s://%s:%d/", "https" if ctx else "http", *sock.getsockname()[:2])
     await worker_serve(wrap_app(app, config.wsgi_max_body_size, "asgi"), config,
-                       sockets=Sockets([], [sock], []), task_status=task_status)
+                       sockets=sockets, task_status=task_status)
+
+
+def tls_context(config):
+    """The HTTP port is no more open than the Kafka listeners: when every listener is SSL,
+    it serves HTTPS with the same certificate, truststore and ssl-client-auth (so with
+    `required`, only clients with a certificate the broker trusts read /metrics or tail a
+    partition). With a PLAINTEXT listener anyone can read the records over Kafka anyway,
+    and brokers of a cluster talk PLAINTEXT, so the port stays plain HTTP."""
+    listeners = config.listener_config.listeners
+    if not listeners or any(x.security_protocol != "SSL" for x in listeners):
+        return None
+    from ..security.tls import server_context
+    ctx = server_context(config.ssl_keystore_location, config.ssl_key_password, config.ssl_truststore_location,
+                         config.ssl_client_auth)
+    ctx.set_alpn_protocols(["http/1.1"])
+    return ctx
