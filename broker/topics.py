@@ -113,6 +113,7 @@ class Partition:
         self.bytes_in = self.messages_in = self.bytes_out = 0
         self.replication_bytes_in = self.replication_messages_in = self.replication_bytes_out = 0
         self.last_upstream_fetch_ms = -1   # monotonic ms of the last answered fetch from our upstream
+        self.downstream_fetches: dict[int, tuple[int, int]] = {}   # replica -> (fetch offset, monotonic ms)
 
     def _rebuild_from_log(self) -> None:
         self.producers = ProducerStateTable()
@@ -191,6 +192,9 @@ class Partition:
             self.notify_append()
 
     def record_replica_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> None:
+        # Where each downstream replica last fetched, at every tier (the status page shows
+        # a paused grandchild's lag through its upstream; the ISR rules use leader_state).
+        self.downstream_fetches[replica_id] = (fetch_offset, now_ms)
         if self.is_leader and self.leader_state.record_fetch(replica_id, fetch_offset,
                                                              self.log.log_end_offset, now_ms):
             self.maybe_advance_hw()

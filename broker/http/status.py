@@ -137,15 +137,20 @@ async def cluster_view(broker) -> dict:
                 if i > 0:
                     node["last_fetch_age_ms"] = own["last_upstream_fetch_age_ms"]
             if i > 0:
-                seen = (lead or {}).get("children", {}).get(str(r))
+                seen = (rep.get(parent) or {}).get("children", {}).get(str(r))
                 if seen is not None:
-                    # The leader's view of a direct child: where it last fetched, how long
-                    # ago; the only view of a child that does not answer (paused, cut off).
+                    # Its upstream's view: where it last fetched, how long ago; the only
+                    # view of a replica that does not answer (paused, cut off).
                     node["last_fetch_age_ms"] = seen["last_fetch_age_ms"]
-                    if own is None:
+                    if own is None and seen["log_end_offset"] is not None:
                         node["log_end_offset"] = seen["log_end_offset"]
-                    node["lag_records"] = seen["lag_records"] if own is None else None
-                    node["lag_seconds"] = seen["lag_seconds"] if own is None else None
+                        if leader_end is not None:
+                            node["lag_records"] = max(0, leader_end - seen["log_end_offset"])
+                        up = rep.get(parent)
+                        # behind its upstream, plus the upstream's own lag behind the leader
+                        up_lag = (max(0, newest - up["newest_timestamp"]) / 1000
+                                  if parent != leader and newest >= 0 and up["newest_timestamp"] >= 0 else 0.0)
+                        node["lag_seconds"] = seen["lag_seconds"] + up_lag
                 if node["log_end_offset"] is not None and leader_end is not None and node["lag_records"] is None:
                     node["lag_records"] = max(0, leader_end - node["log_end_offset"])
                     if own is not None and newest >= 0 and own["newest_timestamp"] >= 0:

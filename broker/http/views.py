@@ -55,24 +55,21 @@ def time_lag_ms(p, upto: int, newest: int | None = None) -> int:
 
 
 def children_view(p) -> dict[int, dict]:
-    """What a leader knows of its direct children: the offset each last fetched at, lag,
-    last fetch age (Kafka's follower fetch state)."""
+    """What a replica knows of its children in the tree: the offset each last fetched at
+    (everything below it is theirs), lag behind this replica's log, last fetch age."""
     out = {}
-    if not p.is_leader:
-        return out
     now = monotonic_ms()
     end = p.log.log_end_offset
     newest = newest_timestamp(p)
     for c in p.children:
-        st = p.leader_state.followers.get(c)
-        if st is None or st.log_end_offset < 0:
+        seen = p.downstream_fetches.get(c)
+        if seen is None:
             out[c] = {"log_end_offset": None, "lag_records": None, "lag_seconds": None,
                       "last_fetch_age_ms": None}
             continue
-        out[c] = {"log_end_offset": st.log_end_offset,
-                  "lag_records": max(0, end - st.log_end_offset),
-                  "lag_seconds": time_lag_ms(p, st.log_end_offset, newest) / 1000,
-                  "last_fetch_age_ms": now - st.last_fetch_ms if st.last_fetch_ms >= 0 else None}
+        offset, at_ms = seen
+        out[c] = {"log_end_offset": offset, "lag_records": max(0, end - offset),
+                  "lag_seconds": time_lag_ms(p, offset, newest) / 1000, "last_fetch_age_ms": now - at_ms}
     return out
 
 

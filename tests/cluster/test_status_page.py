@@ -125,6 +125,21 @@ def test_page_draws_the_four_broker_tree_and_shows_a_paused_followers_lag(cluste
             shutil.copy(shot, os.environ["CANOPY_STATUS_SCREENSHOT"])
     finally:
         cluster.nodes[paused].signal(signal.SIGCONT)
-    p.close()
     wait_for(lambda: trees(chromium, cluster.nodes[leader])["seen-0"]["nodes"][paused]["data-lag-records"] == "0",
              "the resumed follower catches up on the page", timeout=60)
+
+    # A paused grandchild's lag shows through its upstream (a follower), not its leader.
+    grandchild = replicas[3]
+    assert grandchild not in children_of(replicas, leader, 2)
+    cluster.nodes[grandchild].signal(signal.SIGSTOP)
+    try:
+        for i in range(20):
+            p.send("seen", value=b"later%d" % i)
+        p.flush(30)
+        wait_for(lambda: all(cluster.log_end_offset(n, "seen") == 100 for n in replicas if n != grandchild),
+                 "the other replicas have all 100")
+        t = trees(chromium, cluster.nodes[leader])["seen-0"]
+        assert t["nodes"][grandchild]["data-lag-records"] == "20", t["nodes"][grandchild]
+    finally:
+        cluster.nodes[grandchild].signal(signal.SIGCONT)
+    p.close()
