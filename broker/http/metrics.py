@@ -164,9 +164,9 @@ class BrokerCollector:
         yield GaugeMetricFamily("kafka_server_replicamanager_underminisrpartitioncount",
                                 "Partitions led here whose ISR is smaller than min.insync.replicas",
                                 value=under_min_isr)
-        yield CounterMetricFamily("kafka_server_replicamanager_isrshrinks", "ISR shrinks this broker proposed and etcd accepted",
+        yield CounterMetricFamily("kafka_server_replicamanager_isrshrinks", "Committed ISR shrinks of partitions led here (the leader's proposals and the controller's removal of dead brokers)",
                                   value=stats.isr_shrinks)
-        yield CounterMetricFamily("kafka_server_replicamanager_isrexpands", "ISR expansions this broker proposed and etcd accepted",
+        yield CounterMetricFamily("kafka_server_replicamanager_isrexpands", "Committed ISR expansions of partitions led here",
                                   value=stats.isr_expands)
 
         # -- controller (kafka.controller:type=KafkaController / ControllerStats) -------

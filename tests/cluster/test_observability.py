@@ -183,3 +183,26 @@ def test_metrics_count_exactly_and_follow_a_killed_follower(http_cluster):
     assert len(active) == 1, active
     # process metrics: open files and RSS of this broker
     assert value(s, "process_open_fds") > 0 and value(s, "process_resident_memory_bytes") > 10e6
+
+    # Kill the leader: the controller (whichever broker holds the role then) counts one
+    # clean election, and no partition stays offline.
+    offsets_leader = partition_metadata(brokers[leader].bootstrap, "__consumer_offsets")[0][2][0]
+    elections_before = sum(value(scrape(b), "kafka_controller_controllerstats_leaderelections_total")
+                           for n, b in brokers.items() if n != leader)
+    brokers[leader].kill9()
+    survivors = [n for n in brokers if n != leader]
+    wait_for(lambda: partition_metadata(brokers[survivors[0]].bootstrap, "obs")[0][0] in survivors,
+             "a new leader", timeout=60)
+
+    def elections() -> float:
+        return sum(value(scrape(brokers[n]), "kafka_controller_controllerstats_leaderelections_total")
+                   for n in survivors)
+    wait_for(lambda: elections() >= elections_before + 1, "the election counted", timeout=60)
+    assert sum(value(scrape(brokers[n]), "kafka_controller_controllerstats_uncleanleaderelections_total")
+               for n in survivors) == 0
+    wait_for(lambda: sum(value(scrape(brokers[n]), "kafka_controller_kafkacontroller_activecontrollercount")
+                         for n in survivors) == 1, "one active controller among the survivors", timeout=60)
+    # Offline: only the offsets topic's one unreplicated partition, if the dead broker held it.
+    expected_offline = 1 if offsets_leader == leader else 0
+    wait_for(lambda: sum(value(scrape(brokers[n]), "kafka_controller_kafkacontroller_offlinepartitionscount")
+                         for n in survivors) == expected_offline, "offline partitions counted", timeout=30)
