@@ -22,6 +22,6 @@ COPY canopy_spark ./canopy_spark
 RUN pip install . && canopy --help >/dev/null
 
 VOLUME /data
-EXPOSE 9092
+EXPOSE 9092 8080
 WORKDIR /data
 CMD ["canopy", "serve"]

@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 CACHE  := .cache
 
-.PHONY: run test reliability faults soak venv test-venv test-deps kcat etcd docker-compose fault-tools jars kp2 go-clients kafkajs bench clean pipeline
+.PHONY: run test reliability faults soak venv test-venv test-deps kcat etcd docker-compose fault-tools jars kp2 go-clients kafkajs chromium bench clean pipeline
 
 # `make run` needs canopy alone; the test extras (clients, pyspark, ...) come with `make test`.
 $(VENV)/.installed: pyproject.toml
@@ -39,6 +39,14 @@ etcd:
 	  if [ "$$(id -u)" = 0 ]; then \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server etcd-client >/dev/null); \
 	  else echo "etcd missing and not root: install Debian's etcd-server and etcd-client"; fi; }
+
+# Headless Chromium (Debian chromium + chromium-driver) opens the status page in
+# tests/cluster/test_status_page.py; installed through apt-get when missing and we are root.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null); \
+	  else echo "chromium missing and not root: install Debian's chromium and chromium-driver"; fi; }
 
 # docker-compose (1.29, Debian) validates compose.yaml (`docker-compose config`); no engine needed.
 docker-compose:
@@ -94,7 +102,7 @@ tests/node/node_modules/.installed: tests/node/package.json tests/node/package-l
 	cd tests/node && npm ci --no-audit --no-fund --silent
 	touch $@
 
-test-deps: test-venv kcat etcd docker-compose fault-tools jars kp2 go-clients kafkajs
+test-deps: test-venv kcat etcd docker-compose fault-tools jars kp2 go-clients kafkajs chromium
 
 test: test-deps
 	$(PY) -m pytest -q -p no:cacheprovider tests

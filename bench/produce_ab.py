@@ -89,7 +89,8 @@ def micro(base_dir: Path, repeat: int = 40, real_log: bool = True) -> list:
                 topic = SimpleNamespace(name="micro", timestamp_type="CreateTime", configs={})
                 part = SimpleNamespace(index=0, topic=topic, log=lg, replicas=[0], leader_epoch=0,
                                        producers=ProducerStateTable(),
-                                       on_leader_append=lambda off: None)
+                                       on_leader_append=lambda off: None,
+                                       bytes_in=0, messages_in=0)   # /metrics counters (issue 13)
                 setups[rev] = (mods[rev].produce_to_partition, part, lg)
             best = {"before": float("inf"), "after": float("inf")}
             # Many short slices, alternating: on a machine shared with other sessions the

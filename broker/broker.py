@@ -11,6 +11,7 @@ import trio
 from storage import LogOffline, replace_durably
 
 from .config import BrokerConfig
+from .stats import BrokerStats
 from .topics import TopicRegistry
 
 log = logging.getLogger("canopy.broker")
@@ -75,8 +76,9 @@ class Flusher:
       one, so N concurrent producers cost one fsync, not N (this disk does ~400 fsyncs/s).
     """
 
-    def __init__(self, policy: str, interval_ms: int):
+    def __init__(self, policy: str, interval_ms: int, fsync_latency=None):
         self.policy = policy
+        self.fsync_latency = fsync_latency   # stats.Histogram: one observation per group commit
         self.interval_ms = interval_ms
         self._dirty: set = set()
         self._waiters: list[trio.Event] = []
@@ -114,7 +116,10 @@ class Flusher:
             waiters, self._waiters = self._waiters, []
             failure = None
             if dirty:
+                started = time.perf_counter()
                 failure = await trio.to_thread.run_sync(_flush_all, dirty)
+                if self.fsync_latency is not None:
+                    self.fsync_latency.observe(time.perf_counter() - started)
             # One group commit covers every waiter; which of them appended to the failed
             # log is not tracked, so all of them are failed (a retry of a durable batch is
             # answered from the idempotent-producer state with its original offsets).
@@ -145,11 +150,12 @@ class Broker:
 
         self.config = config
         self.node_id = config.node_id
+        self.stats = BrokerStats()
         self.topics = TopicRegistry(config.data_dir, config)
         self.topics.load()
         floor = max((p.producers.highest_producer_id() for p in self.topics.all_partitions()), default=-1)
         self.producer_ids = ProducerIdAllocator(Path(config.data_dir) / "producer_ids.json", floor)
-        self.flusher = Flusher(config.flush, config.flush_interval_ms)
+        self.flusher = Flusher(config.flush, config.flush_interval_ms, self.stats.fsync)
         self.cluster = Cluster(self)
         from .security.scram import CredentialStore
         self.credentials = CredentialStore(self)   # SCRAM users: etcd's or the data dir's

@@ -5,7 +5,6 @@ print one line and exit 2 — never a traceback."""
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
 from .config import ConfigError, load_config
@@ -69,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--replica-lag-time-max-ms", dest="replica_lag_time_max_ms", type=int)
     s.add_argument("--leader-failure-timeout-ms", dest="leader_failure_timeout_ms", type=int)
     s.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
+    s.add_argument("--log-format", dest="log_format", choices=["text", "json"],
+                   help="text (default) or json: one JSON object per log line")
+    s.add_argument("--http-listen", dest="http_listen",
+                   help="HOST:PORT serving /metrics, /status.json, the status page and the HTTP tail (default off)")
+    s.add_argument("--metrics-per-partition", dest="metrics_per_partition", choices=["true", "false"],
+                   help="label per-partition metrics by partition, not only by topic")
     from . import admin_cli
     admin_cli.add_parser(sub)   # `canopy cluster describe|promote`
     from . import users_cli
@@ -96,10 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as e:
             print(f"canopy: {e}", file=sys.stderr)
             return 2
-        logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        # httpx logs every etcd request at INFO; canopy logs what matters about etcd itself.
-        logging.getLogger("httpx").setLevel(logging.WARNING)
+        from .logformat import configure_logging
+        configure_logging(config.log_level, config.log_format)
         from .server import StartupError, serve
         try:
             serve(config)

@@ -268,6 +268,7 @@ class Cluster:
             return
         for p, pi in zip(local.partitions, t.partitions):
             was_leader = p.is_leader
+            old_isr, old_epoch = set(p.committed_isr), p.leader_epoch
             fenced = pi.leader == self.node_id and (not self.registered_revision
                                                     or pi.mod_revision < self.registered_revision)
             if p.set_assignment(pi.replicas, t.fanout, pi.leader_epoch, pi.isr, fenced=fenced):
@@ -275,6 +276,14 @@ class Cluster:
                         if p.fenced else f"follower of {p.upstream}" if p.is_replica else "not a replica")
                 log.info("%s-%d: epoch %d, tree %s, isr %s, this node is %s", t.name, p.index, pi.leader_epoch,
                          pi.replicas, pi.isr, role)
+            if was_leader and p.is_leader and pi.leader_epoch == old_epoch:
+                # Kafka's IsrShrinksPerSec / IsrExpandsPerSec, counted by the leader for
+                # every committed change: its own proposals and the controller's removal
+                # of a dead broker alike.
+                if old_isr - set(pi.isr):
+                    self.broker.stats.isr_shrinks += 1
+                if set(pi.isr) - old_isr:
+                    self.broker.stats.isr_expands += 1
             if was_leader != p.is_leader or p.is_leader:
                 self.broker.groups.on_partition_change(p, lost=not p.is_leader)
 
@@ -328,7 +337,8 @@ class Cluster:
         backoff = 0.1
         me = broker_key(self.node_id)
         host, port = self.config.advertised_addr   # the inter-broker listener's
-        value = encode(broker_registration(host, port, self.config.rack, self.config.listener_config.advertised))
+        value = encode(broker_registration(host, port, self.config.rack, self.config.listener_config.advertised,
+                                           self.config.http_advertised))
         while True:
             try:
                 if not self.lease_id:

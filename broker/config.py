@@ -77,6 +77,10 @@ class BrokerConfig:
     message_max_bytes: int = 1048588
     group_initial_rebalance_delay_ms: int = 0
     log_level: str = "info"
+    log_format: str = "text"               # text | json (one JSON object per line)
+    # -- observability (broker/http/) ------------------------------------------------------
+    http_listen: str = ""                  # HOST:PORT of /metrics, /status.json, / and the HTTP tail; off when empty
+    metrics_per_partition: bool = False    # partition labels on per-partition metrics (default: per topic)
     # -- cluster (replication trees, metadata in etcd) -------------------------------------
     # metadata_store: "etcd://HOST:PORT[,HOST:PORT...]" — etcd members holding the cluster's
     # metadata and the controller election. Empty means a single-node broker.
@@ -118,6 +122,18 @@ class BrokerConfig:
         """The inter-broker listener's advertised address: what this broker registers in
         etcd as its host/port, and what other brokers dial for replication and forwarding."""
         return self.listener_config.inter_broker_address
+
+    @property
+    def http_advertised(self) -> tuple[str, int] | None:
+        """Where other brokers reach this one's HTTP port: the --http-listen address, or,
+        when it binds every interface (0.0.0.0 in a container), the host this broker
+        advertises to other brokers with the HTTP port."""
+        if not self.http_listen:
+            return None
+        host, port = parse_hostport(self.http_listen, "http-listen")
+        if host in ("", "0.0.0.0", "::"):
+            host = self.advertised_addr[0]
+        return host, port
 
     @functools.cached_property
     def ssl_context(self):
@@ -185,6 +201,10 @@ class BrokerConfig:
         else:
             raise ConfigError(f"authorizer must be 'standard' (Kafka's StandardAuthorizer) or empty, "
                               f"got {self.authorizer!r}")
+        if self.log_format not in ("text", "json"):
+            raise ConfigError(f"log-format must be text or json, got {self.log_format!r}")
+        if self.http_listen:
+            parse_hostport(self.http_listen, "http-listen")
         if self.flush not in FLUSH_POLICIES:
             raise ConfigError(f"flush must be one of {', '.join(FLUSH_POLICIES)}, got {self.flush!r}")
         if self.node_id < 0:

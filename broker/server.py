@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import socket
+import time
 from functools import partial
 from itertools import count
 
@@ -116,6 +117,9 @@ class Connection:
         return await self.stream.socket.recv_into(buffer)
 
     async def run(self) -> None:
+        stats = self.broker.stats
+        stats.connections_open += 1
+        stats.connections_total += 1
         try:
             while True:
                 if self.reader is None:
@@ -140,10 +144,13 @@ class Connection:
                     self.reader.commit(n)
                     continue
                 if not await self.process(request):
+                    stats.connection_failures += 1   # process() logged why
                     return
         except FrameTooLarge as e:
+            stats.connection_failures += 1
             log.warning("closing connection %s from %s: %s", self.id, self.peer, e)
         except StalledReader as e:
+            stats.connection_failures += 1
             log.warning("closing connection %s from %s: %s", self.id, self.peer, e)
         except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
             pass
@@ -151,8 +158,10 @@ class Connection:
             # A bug reached by one client's bytes (e.g. a response that cannot be
             # encoded) must cost that connection, never the broker: an exception
             # escaping this task would cancel the whole server nursery.
+            stats.connection_failures += 1
             log.exception("connection %s from %s failed; closing it", self.id, self.peer)
         finally:
+            stats.connections_open -= 1
             with trio.CancelScope(shield=True):
                 await self.stream.aclose()
 
@@ -184,6 +193,7 @@ class Connection:
                         self.id, self.peer, header.client_id, api(key).name, version, e)
             return False
         ctx = RequestContext(self.broker, header, self)
+        started = time.perf_counter()
         try:
             response = await handler.handle(ctx, body, version)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -200,8 +210,11 @@ class Connection:
                           api(key).name, version, self.id)
             return False
         if response is None:  # acks=0 produce: Kafka sends nothing back
+            self.broker.stats.requests.record(key, time.perf_counter() - started, None)
             return True
         await self.send_response(header, key, version, response)
+        # Kafka's TotalTimeMs: from the request read to its response written.
+        self.broker.stats.requests.record(key, time.perf_counter() - started, response)
         return True
 
     async def send_response(self, header, key: int, version: int, body: dict) -> None:
@@ -319,7 +332,7 @@ _RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 0)
 
 
 async def _serve_async(config: BrokerConfig, listener_socks: dict[str, trio.socket.SocketType], broker: Broker,
-                       task_status=trio.TASK_STATUS_IGNORED) -> None:
+                       task_status=trio.TASK_STATUS_IGNORED, http_sock: socket.socket | None = None) -> None:
     classes = connection_classes(config, broker)
 
     def handler_for(name: str):
@@ -332,6 +345,9 @@ async def _serve_async(config: BrokerConfig, listener_socks: dict[str, trio.sock
     async with trio.open_nursery() as nursery:
         await nursery.start(broker.run_background)
         nursery.start_soon(_watch_signals, nursery.cancel_scope)
+        if http_sock is not None:
+            from .http.app import serve_http
+            await nursery.start(serve_http, broker, http_sock)
         lc = config.listener_config
         log.info("canopy node %d serving on %s (advertised %s; inter-broker %s), data in %s, flush=%s",
                  config.node_id, ", ".join(map(str, lc.listeners)),
@@ -430,22 +446,38 @@ def serve(config: BrokerConfig) -> None:
         lock = DataDirLock(data_dir)
     except DataDirLocked as e:
         raise StartupError(str(e)) from None
+    http_sock = None
     try:
-        raw = bind_listeners(config)
+        if config.http_listen:
+            # Bound before the Kafka listeners: whoever sees the Kafka port open finds the
+            # HTTP port open too.
+            from .config import parse_hostport
+            from .http.app import prepare_socket
+            http_sock = bind_listener(*parse_hostport(config.http_listen, "http-listen"))
+            prepare_socket(http_sock, SEND_TIMEOUT_S)
+        try:
+            raw = bind_listeners(config)
+        except BaseException:
+            if http_sock is not None:
+                http_sock.close()
+            raise
         try:
             broker = Broker(config)
             try:
-                trio.run(_run, config, raw, broker)
+                trio.run(_run, config, raw, broker, http_sock)
             finally:
                 broker.close()
         finally:
             for sock in raw.values():
                 sock.close()
+            if http_sock is not None:
+                http_sock.close()
     finally:
         lock.release()
 
 
-async def _run(config: BrokerConfig, raw: dict[str, socket.socket], broker: Broker) -> None:
+async def _run(config: BrokerConfig, raw: dict[str, socket.socket], broker: Broker,
+               http_sock: socket.socket | None = None) -> None:
     from .cluster import StoreUnavailable
     try:
         await broker.cluster.connect()
@@ -453,7 +485,7 @@ async def _run(config: BrokerConfig, raw: dict[str, socket.socket], broker: Brok
         raise StartupError(str(e)) from None
     try:
         await _serve_async(config, {name: trio.socket.from_stdlib_socket(sock) for name, sock in raw.items()},
-                           broker)
+                           broker, http_sock=http_sock)
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(2):
             await broker.cluster.aclose()

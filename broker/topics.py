@@ -116,6 +116,12 @@ class Partition:
         # A leadership this broker held before it (re)started: not to be exercised until
         # the controller decides again, since the log it led may be gone or behind.
         self.fenced = False
+        # Traffic counters for /metrics (Kafka's BrokerTopicMetrics), plain ints bumped on
+        # the request path and summed per topic only when scraped.
+        self.bytes_in = self.messages_in = self.bytes_out = 0
+        self.replication_bytes_in = self.replication_messages_in = self.replication_bytes_out = 0
+        self.last_upstream_fetch_ms = -1   # monotonic ms of the last answered fetch from our upstream
+        self.downstream_fetches: dict[int, tuple[int, int]] = {}   # replica -> (fetch offset, monotonic ms)
 
     # -- producer state and epoch cache: snapshots + replay (producer_state.py) ----------
     def _restore_snapshot(self) -> tuple[int, ProducerStateTable, EpochCache]:
@@ -283,11 +289,16 @@ class Partition:
             self.notify_append()
 
     def record_replica_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> None:
+        # Where each downstream replica last fetched, at every tier (the status page shows
+        # a paused grandchild's lag through its upstream; the ISR rules use leader_state).
+        self.downstream_fetches[replica_id] = (fetch_offset, now_ms)
         if self.is_leader and self.leader_state.record_fetch(replica_id, fetch_offset,
                                                              self.log.log_end_offset, now_ms):
             self.maybe_advance_hw()
 
     def set_follower_high_watermark(self, hw: int) -> None:
+        # Called once per answered fetch from the upstream: the status page's "last fetch".
+        self.last_upstream_fetch_ms = time.monotonic_ns() // 1_000_000
         hw = min(hw, self.log.log_end_offset)
         if hw > self._hw:
             self._hw = hw
@@ -325,7 +336,9 @@ class Partition:
         # The producer state and epoch cache need the headers only: walk them, no second CRC.
         headers = validate_batches(records, strict=False, check_crc=False)
         pending = self._pending_snapshots
+        self.replication_bytes_in += len(records)
         for h in headers:
+            self.replication_messages_in += h.records_count
             while pending and h.base_offset >= pending[0]:
                 self.write_snapshot(pending.pop(0))   # the state now covers exactly [.., roll)
             self.epochs.note(h.partition_leader_epoch, h.base_offset)

@@ -145,6 +145,12 @@ class Controller:
         changes, offline = changes_for_liveness(img, set(img.brokers), self.cluster.unclean_election_enabled)
         for c in changes:
             if await self._write_partition(c.topic, c.index, c.old, c.new):
+                if c.new.leader != c.old.leader:
+                    # Kafka's ControllerStats LeaderElectionRateAndTimeMs / UncleanLeaderElectionsPerSec
+                    stats = self.cluster.broker.stats
+                    stats.leader_elections += 1
+                    if c.new.leader not in c.old.isr:
+                        stats.unclean_leader_elections += 1
                 log.warning("controller: %s-%d %s: leader %d -> %d (epoch %d), tree %s, isr %s", c.topic, c.index,
                             c.reason, c.old.leader, c.new.leader, c.new.leader_epoch, c.new.replicas, c.new.isr)
         for tp in offline:

@@ -10,7 +10,8 @@ to read with ``etcdctl get --prefix /canopy/``)::
                                                                  is the controller epoch
     /canopy/brokers/<id>               {"host", "port", "rack",  leased: a lost lease is a dead broker;
                                         "listeners": {NAME:      host/port are the inter-broker
-                                          {"host", "port"}}}     listener's, listeners all advertised ones
+                                          {"host", "port"}},     listener's, listeners all advertised ones;
+                                        "http": {"host", "port"}} its --http-listen address (optional)
     /canopy/topics/<name>              {"id", "configs", "fanout", "partitions": count}
     /canopy/partitions/<name>/<i>      {"replicas", "leader_epoch", "isr", "controller_epoch"}
     /canopy/producer_id_block          {"next": first id of the next free block}
@@ -64,12 +65,18 @@ def encode(value: dict) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
-def broker_registration(host: str, port: int, rack: str | None, listeners: dict[str, tuple[str, int]]) -> dict:
+def broker_registration(host: str, port: int, rack: str | None, listeners: dict[str, tuple[str, int]],
+                        http: tuple[str, int] | None = None) -> dict:
     """The value of /canopy/brokers/<id>. ``host``/``port``: the inter-broker listener's
     advertised address (what replication and forwarding dial); ``listeners``: every
     advertised listener, so each broker can answer Metadata on any listener (KIP-103)."""
-    return {"host": host, "port": port, "rack": rack,
-            "listeners": {name: {"host": h, "port": p} for name, (h, p) in listeners.items()}}
+    out = {"host": host, "port": port, "rack": rack,
+           "listeners": {name: {"host": h, "port": p} for name, (h, p) in listeners.items()}}
+    if http is not None:
+        # The broker's HTTP port (--http-listen), where the status page asks each broker
+        # for its own view of its replicas (broker/http/status.py).
+        out["http"] = {"host": http[0], "port": http[1]}
+    return out
 
 
 @dataclass
@@ -80,6 +87,7 @@ class BrokerInfo:
     rack: str | None
     registered_revision: int = 0   # create revision of its key: which incarnation this is
     listeners: dict[str, tuple[str, int]] = field(default_factory=dict)   # name -> advertised address
+    http: tuple[str, int] | None = None   # its --http-listen address as peers reach it, if it serves HTTP
 
     def address(self, listener: str | None) -> tuple[str, int] | None:
         """The advertised address on ``listener`` (None: the inter-broker one). A broker
@@ -209,8 +217,10 @@ class ClusterImage:
             else:
                 listeners = {str(name): (str(a["host"]), int(a["port"]))
                              for name, a in (data.get("listeners") or {}).items()}
+                http = data.get("http")
                 self.brokers[node] = BrokerInfo(node, str(data["host"]), int(data["port"]), data.get("rack"),
-                                                create_revision, listeners)
+                                                create_revision, listeners,
+                                                (str(http["host"]), int(http["port"])) if http else None)
             return ""
         if key.startswith(TOPICS):
             name = key[len(TOPICS):]

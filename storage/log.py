@@ -534,6 +534,25 @@ class Log:
                 return rec.offset, rec.timestamp
         return last, best.max_timestamp
 
+    def max_timestamp_through(self, offset: int) -> int:
+        """The largest record timestamp at or below ``offset``'s batch, from the index
+        alone (its running max): how recent a replica whose log ends after that batch is,
+        for time lag on the status page and in /metrics. -1 when there is none."""
+        best = -1
+        for seg in self._segments:
+            if seg.base_offset > offset or not seg.entries:
+                break
+            i = seg.find_offset(offset)
+            if i >= seg.entries:
+                best = max(best, seg.max_timestamp)
+                continue
+            if seg.entry(i)[0] <= offset:
+                best = max(best, seg.entry(i)[2])
+            elif i > 0:
+                best = max(best, seg.entry(i - 1)[2])
+            break
+        return best
+
     def _first_offset_at_or_after(self, seg: Segment):
         return max(seg.base_offset, self.log_start_offset), -1
 

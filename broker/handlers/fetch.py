@@ -221,6 +221,10 @@ async def handle(ctx, request: dict, version: int) -> dict:
             p.hw_sent[replica_id] = hw
         if r.result is not None and r.result.size:
             records = ExternalBytes(r.result.size, r.result)
+            if replica_id >= 0:
+                p.replication_bytes_out += r.result.size
+            else:
+                p.bytes_out += r.result.size
         else:
             records = b""
             if r.result is not None:

@@ -177,6 +177,8 @@ def produce_to_partition(broker, partition, records, version: int, acks: int = 1
     partition.producers.record(header.producer_id, header.producer_epoch, header.base_sequence,
                                header.last_offset_delta, result.base_offset, header.max_timestamp)
     partition.on_leader_append(result.base_offset)
+    partition.bytes_in += len(records)
+    partition.messages_in += header.records_count
     broker.flusher.mark_dirty(lg)
     return _partition_response(index, 0, result.base_offset, append_time, lg.log_start_offset)
 

@@ -6,7 +6,7 @@ as a local process: the etcd services as a real etcd cluster from Debian's packa
 command and environment, each bound to its own loopback address (127.0.0.11, .12, ... on
 one port, as containers would each have an address). Service host names and container
 ports in the environment are rewritten to those addresses. A published port (the EXTERNAL
-listener, `ports: ["H:C"]`) becomes a free port P on 127.0.0.1, as the host sees it:
+listener, or the HTTP port, `ports: ["H:C"]`) becomes a free port P on 127.0.0.1, as the host sees it:
 `0.0.0.0:C` (what the container binds) and `localhost:H` (what it advertises) both become
 127.0.0.1:P, and a client there is a client on the host.
 """
@@ -38,6 +38,7 @@ class Node:
         self.host = host
         self.port = port
         self.external = external   # the published (EXTERNAL listener) address, as the host sees it
+        self.http: tuple[str, int] | None = None   # the published HTTP port (--http-listen), as the host sees it
         self.command = command
         self.env = env
         self.log_path = log_path
@@ -125,13 +126,16 @@ class ComposeCluster:
             for mapping in svc.get("ports") or []:
                 host_port, _, container_port = str(mapping).rpartition(":")
                 published[int(host_port)] = int(container_port)
-            assert len(published) <= 1, (name, published)
-            external = ("127.0.0.1", free_port("127.0.0.1")) if published else None
+            # each published port as the host sees it
+            seen = {hp: ("127.0.0.1", free_port("127.0.0.1")) for hp in published}
+            http_port = int(str((svc.get("environment") or {}).get("CANOPY_HTTP_LISTEN", ":0")).rpartition(":")[2])
+            external = next((seen[hp] for hp, cp in published.items() if cp != http_port), None)
+            http = next((seen[hp] for hp, cp in published.items() if cp == http_port), None)
             for key, value in (svc.get("environment") or {}).items():
                 value = str(value)
                 for host_port, container_port in published.items():
-                    value = value.replace(f"0.0.0.0:{container_port}", "%s:%d" % external)
-                    value = value.replace(f"localhost:{host_port}", "%s:%d" % external)
+                    value = value.replace(f"0.0.0.0:{container_port}", "%s:%d" % seen[host_port])
+                    value = value.replace(f"localhost:{host_port}", "%s:%d" % seen[host_port])
                 for other, ip in hosts.items():
                     value = value.replace(f"{other}:{CONTAINER_PORT}", f"{ip}:{self.port}")
                 for other, endpoint in etcd_endpoints.items():
@@ -145,6 +149,7 @@ class ComposeCluster:
             node_id = int(env["CANOPY_NODE_ID"])
             self.nodes[node_id] = Node(name, node_id, hosts[name], self.port, command, env,
                                        tmp_path / f"{name}.log", external)
+            self.nodes[node_id].http = http
         first = services[broker_names[0]]["environment"]
         self.failure_timeout_ms = int(first["CANOPY_LEADER_FAILURE_TIMEOUT_MS"])
         self.lag_time_ms = int(first["CANOPY_REPLICA_LAG_TIME_MAX_MS"])

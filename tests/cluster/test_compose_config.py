@@ -118,7 +118,7 @@ def test_services_build_canopy_and_run_serve(resolved):
     assert (ROOT / "Dockerfile").is_file()
     ports = [p["published"] if isinstance(p, dict) else p.split(":")[0]
              for svc in resolved["services"].values() for p in svc.get("ports", [])]
-    assert len(set(map(str, ports))) == len(ports) == 4
+    assert len(set(map(str, ports))) == len(ports) == 8   # EXTERNAL listener and HTTP port of each broker
 
 
 def test_internal_listener_for_brokers_external_one_for_the_host(resolved):
@@ -139,10 +139,32 @@ def test_internal_listener_for_brokers_external_one_for_the_host(resolved):
         assert lc.advertised["INTERNAL"] == (svc.get("hostname", name), 9092)
         assert svc.get("hostname", name) == name
         # EXTERNAL: bound on the container port that is published, advertised as the host port
-        [port] = svc["ports"]
-        if isinstance(port, dict):
-            published, target = int(port["published"]), int(port["target"])
-        else:
-            published, target = (int(x) for x in str(port).split(":"))
+        published, target = next((p, t) for p, t in _ports(svc) if t != HTTP_PORT)
         assert bound["EXTERNAL"].host == "0.0.0.0" and bound["EXTERNAL"].port == target, (name, port)
         assert lc.advertised["EXTERNAL"] == ("localhost", published), name
+
+
+HTTP_PORT = 8080
+
+
+def _ports(svc) -> list[tuple[int, int]]:
+    out = []
+    for port in svc["ports"]:
+        if isinstance(port, dict):
+            out.append((int(port["published"]), int(port["target"])))
+        else:
+            out.append(tuple(int(x) for x in str(port).split(":")))
+    return out
+
+
+def test_http_port_published_on_every_broker(resolved):
+    """The status page and /metrics of every broker are reachable from the host, and
+    other brokers reach it by service name (the status page asks each broker)."""
+    from broker.config import load_config
+
+    for name, svc in brokers_of(resolved).items():
+        env = {k: str(v) for k, v in svc["environment"].items()}
+        config = load_config({}, environ=env)
+        assert config.http_listen == f"0.0.0.0:{HTTP_PORT}", name
+        assert config.http_advertised == (name, HTTP_PORT), name
+        assert sum(1 for _, t in _ports(svc) if t == HTTP_PORT) == 1, name

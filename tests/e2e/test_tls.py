@@ -268,3 +268,32 @@ def test_bad_tls_options_are_one_line(tmp_path, certs):
     # keystore for the brokers' own client certificate is one line.
     _one_line_error(_run([*base, "--ssl-keystore-location", str(certs.server), "--ssl-truststore-location",
                           str(tmp_path / "nope.pem"), "--metadata-store", "etcd://127.0.0.1:1"]), "no such file")
+
+
+def test_http_port_serves_tls_with_the_listeners_client_auth(tmp_path, certs):
+    """Issue 13: when every Kafka listener is SSL, the HTTP port (metrics, tail) asks for
+    the same TLS and client certificates; no way around the listeners' authentication."""
+    import http.client
+    import urllib.error
+    import urllib.request
+
+    tls = ("127.0.0.1", free_port())
+    port = free_port()
+    b = ListenersBroker(tmp_path, [
+        "--listeners", "SSL://%s:%d" % tls, "--ssl-keystore-location", str(certs.server),
+        "--ssl-truststore-location", str(certs.ca_pem), "--ssl-client-auth", "required",
+        "--http-listen", f"127.0.0.1:{port}"], [tls])
+    try:
+        ok = ssl.create_default_context(cafile=str(certs.ca_pem))
+        ok.load_cert_chain(str(certs.client))
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=ok, timeout=20) as r:
+            assert r.status == 200 and b"kafka_server_replicamanager_partitioncount" in r.read()
+        no_cert = ssl.create_default_context(cafile=str(certs.ca_pem))
+        with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
+            with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=no_cert, timeout=20) as r:
+                r.read()
+        with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=20).read()
+        assert "Traceback" not in b.log_path.read_text()
+    finally:
+        b.stop()
