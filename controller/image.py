@@ -14,6 +14,9 @@ to read with ``etcdctl get --prefix /canopy/``)::
     /canopy/topics/<name>              {"id", "configs", "fanout", "partitions": count}
     /canopy/partitions/<name>/<i>      {"replicas", "leader_epoch", "isr", "controller_epoch"}
     /canopy/producer_id_block          {"next": first id of the next free block}
+    /canopy/broker_configs/<id>        {"configs": {name: value}}  dynamic broker configs
+                                                                 (AlterConfigs on a BROKER resource);
+                                                                 <id> "default" is the cluster default
 
 This module is pure: etcd key-values in, image out. Every broker applies the same keys at
 the same revisions, so every broker answers Metadata alike.
@@ -31,10 +34,17 @@ BROKERS = PREFIX + "brokers/"
 TOPICS = PREFIX + "topics/"
 PARTITIONS = PREFIX + "partitions/"
 PRODUCER_ID_BLOCK_KEY = PREFIX + "producer_id_block"
+BROKER_CONFIGS = PREFIX + "broker_configs/"
+DEFAULT_BROKER_CONFIGS = "default"   # Kafka's empty broker resource name: every broker
 
 
 def broker_key(node_id: int) -> str:
     return f"{BROKERS}{node_id}"
+
+
+def broker_configs_key(name: str) -> str:
+    """``name``: a node id, or DEFAULT_BROKER_CONFIGS for the cluster-wide default."""
+    return BROKER_CONFIGS + name
 
 
 def topic_key(name: str) -> str:
@@ -132,6 +142,7 @@ class ClusterImage:
         self._complete: dict[str, TopicImage] = {}
         self._partitions: dict[str, dict[int, PartitionImage]] = {}
         self.unreadable: list[str] = []   # keys whose value could not be decoded
+        self.broker_configs: dict[str, dict[str, str]] = {}   # node id or "default" -> dynamic configs
 
     @property
     def topics(self) -> dict[str, TopicImage]:
@@ -153,12 +164,19 @@ class ClusterImage:
             return None
 
     def _apply(self, key: str, value: bytes | None, mod_revision: int, create_revision: int) -> str | None:
-        if key != CONTROLLER_KEY and not key.startswith((BROKERS, TOPICS, PARTITIONS)):
+        if key != CONTROLLER_KEY and not key.startswith((BROKERS, TOPICS, PARTITIONS, BROKER_CONFIGS)):
             return None   # e.g. the producer-id block, or a key of a newer canopy: not ours to read
         data = _decode(value)
         if key == CONTROLLER_KEY:
             self.controller_id = int(data["node_id"]) if data else -1
             self.controller_epoch = create_revision if data else -1
+            return ""
+        if key.startswith(BROKER_CONFIGS):
+            name = key[len(BROKER_CONFIGS):]
+            if data is None:
+                self.broker_configs.pop(name, None)
+            else:
+                self.broker_configs[name] = {str(k): str(v) for k, v in data["configs"].items()}
             return ""
         if key.startswith(BROKERS):
             node = int(key[len(BROKERS):])

@@ -38,8 +38,10 @@ class ApiKey(IntEnum):
     TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    DESCRIBE_LOG_DIRS = 35
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
     ALTER_PARTITION_REASSIGNMENTS = 45
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
@@ -61,6 +63,7 @@ _NAMES = {
     ApiKey.ADD_PARTITIONS_TO_TXN: "AddPartitionsToTxn", ApiKey.ADD_OFFSETS_TO_TXN: "AddOffsetsToTxn",
     ApiKey.END_TXN: "EndTxn", ApiKey.TXN_OFFSET_COMMIT: "TxnOffsetCommit",
     ApiKey.DESCRIBE_CONFIGS: "DescribeConfigs", ApiKey.ALTER_CONFIGS: "AlterConfigs",
+    ApiKey.DESCRIBE_LOG_DIRS: "DescribeLogDirs", ApiKey.ELECT_LEADERS: "ElectLeaders",
     ApiKey.CREATE_PARTITIONS: "CreatePartitions", ApiKey.DELETE_GROUPS: "DeleteGroups",
     ApiKey.INCREMENTAL_ALTER_CONFIGS: "IncrementalAlterConfigs",
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: "AlterPartitionReassignments",

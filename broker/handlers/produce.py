@@ -174,8 +174,8 @@ def produce_to_partition(broker, partition, records, version: int, acks: int = 1
 
 
 def min_insync_replicas(broker, partition) -> int:
-    value = partition.topic.configs.get("min.insync.replicas")
-    return int(value) if value else broker.config.min_insync_replicas
+    # The topic's override, else the broker's (possibly dynamic) min.insync.replicas.
+    return int(broker.topics.config_value(partition.topic, "min.insync.replicas"))
 
 
 async def handle(ctx, request: dict, version: int) -> dict | None:
