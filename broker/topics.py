@@ -249,6 +249,9 @@ class Topic:
     directory: Path
     partitions: list[Partition] = field(default_factory=list)
     rebuilt: bool = False   # topic.json was damaged at start and rebuilt from the directory
+    # compression.type resolved to a codec Produce re-encodes batches with; None for
+    # "producer" (the client's codec is kept: no work on the produce path).
+    target_codec: int | None = None
 
     @property
     def is_internal(self) -> bool:
@@ -353,15 +356,23 @@ class TopicRegistry:
         except tc.ConfigError as e:
             raise TopicError(e.code, str(e)) from None
 
+    _CODECS = {"producer": None, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+    def _apply_configs(self, topic: Topic) -> None:
+        """Push a topic's resolved configs to what reads them on the data path: each
+        partition's LogConfig (storage's limits) and the codec Produce recompresses with."""
+        lc = self.log_config(topic.configs)
+        for p in topic.partitions:
+            p.log.config = lc
+        topic.target_codec = self._CODECS[self.resolve(topic.configs, "compression.type").value]
+
     def set_configs(self, topic: Topic, configs: dict[str, str]) -> None:
         """Replace a topic's overrides (AlterConfigs; or the cluster's metadata changed)
         and apply them at once: storage's limits to every partition's log, the rest is
         read per request."""
         topic.configs = dict(configs)
         topic.save()
-        lc = self.log_config(topic.configs)
-        for p in topic.partitions:
-            p.log.config = lc
+        self._apply_configs(topic)
         log.info("topic %s configs now %s", topic.name, topic.configs or "{}")
 
     def set_dynamic_broker_configs(self, default: dict[str, str], this_broker: dict[str, str]) -> None:
@@ -370,9 +381,7 @@ class TopicRegistry:
             return
         self.dynamic_default, self.dynamic_broker = dict(default), dict(this_broker)
         for t in self.topics.values():
-            lc = self.log_config(t.configs)
-            for p in t.partitions:
-                p.log.config = lc
+            self._apply_configs(t)
         log.info("dynamic broker configs now: default %s, this broker %s", default or "{}", this_broker or "{}")
 
     # -- lifecycle -------------------------------------------------------------
@@ -426,6 +435,7 @@ class TopicRegistry:
         lc = self.log_config(topic.configs)
         for i in range(partitions):
             topic.partitions.append(self._partition(topic, i, Log(d / str(i), lc)))
+        self._apply_configs(topic)
         self.topics[topic.name] = topic
         self.by_id[topic.topic_id] = topic
         if log_loaded:
@@ -438,6 +448,7 @@ class TopicRegistry:
         topic.topic_id, topic.configs, topic.rebuilt = topic_id, configs, False
         self.by_id[topic_id] = topic
         topic.save()
+        self._apply_configs(topic)
         log.info("topic %s: topic id and configs from the cluster metadata (id %s)", topic.name, topic_id)
 
     def get(self, name: str) -> Topic | None:
@@ -469,6 +480,7 @@ class TopicRegistry:
         lc = self.log_config(configs)
         for i in range(num_partitions):
             topic.partitions.append(self._partition(topic, i, Log(d / str(i), lc)))
+        self._apply_configs(topic)
         topic.save()
         self.topics[name] = topic
         self.by_id[topic.topic_id] = topic

@@ -16,7 +16,7 @@ MIN_VERSION, MAX_VERSION = 1, 4
 
 
 def _partition(p) -> dict:
-    return {"partition_index": p.index, "partition_size": p.log.size_bytes(),
+    return {"partition_index": p.index, "partition_size": p.log.size_bytes,
             "offset_lag": max(0, p.high_watermark - p.log.log_end_offset), "is_future_key": False}
 
 

@@ -229,3 +229,124 @@ def test_elect_leaders_on_one_broker(broker, request):
     result = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)]).result(timeout=20)
     tp = result[TopicPartition(topic, 0)]
     assert tp is not None and tp.code() == KafkaError.ELECTION_NOT_NEEDED, result
+
+
+# -- compression.type recompresses on produce; the other admin APIs, byte level -------------
+
+def _fetch_batches(client, topic):
+    from protocol.messages import ApiKey
+    from protocol.records import BatchHeader
+    r = client.request(ApiKey.FETCH, 12, {
+        "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 24, "isolation_level": 0,
+        "session_id": 0, "session_epoch": -1, "topics": [{"topic": topic, "partitions": [
+            {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 24, "current_leader_epoch": -1,
+             "log_start_offset": -1}]}]})
+    records = bytes(r["responses"][0]["partitions"][0]["records"] or b"")
+    out, pos = [], 0
+    while pos < len(records):
+        h = BatchHeader.parse(records, pos)
+        out.append((h, records[pos:pos + h.total_size]))
+        pos += h.total_size
+    return out
+
+
+def test_compression_type_recompresses_on_produce(broker, request):
+    from protocol.records import CODEC_GZIP, CODEC_NONE, CODEC_ZSTD, build_batch, iter_records
+    from .rawclient import RawClient, create_topic as raw_create, produce as raw_produce
+    client = RawClient(broker.bootstrap)
+    try:
+        values = [b"value-%d" % i * 20 for i in range(50)]
+        plain = build_batch([(b"k%d" % i, v, [], None) for i, v in enumerate(values)])
+        gz = build_batch([(b"k%d" % i, v, [], None) for i, v in enumerate(values)], codec=CODEC_GZIP)
+        expect = {"zstd": CODEC_ZSTD, "uncompressed": CODEC_NONE, "producer": None}
+        for ctype, codec in expect.items():
+            topic = unique_topic(request, f"ct-{ctype}")
+            raw_create(client, topic, {"compression.type": ctype})
+            for batch in (plain, gz):
+                assert raw_produce(client, topic, batch)["error_code"] == 0
+            got = _fetch_batches(client, topic)
+            assert len(got) == 2
+            for (h, raw), sent in zip(got, (plain, gz)):
+                want = codec if codec is not None else sent[22] & 7
+                assert h.compression == want, (ctype, h)
+                assert [r.value for r in iter_records(raw)] == values
+                assert [r.key for r in iter_records(raw)] == [b"k%d" % i for i in range(50)]
+        # A change takes effect on the next produce, no restart.
+        topic = unique_topic(request, "ct-alter")
+        raw_create(client, topic)
+        assert raw_produce(client, topic, plain)["error_code"] == 0
+        admin = admin_for(broker)
+        _incremental(admin, ConfigResource(ResourceType.TOPIC, topic),
+                     [ConfigEntry("compression.type", "gzip", incremental_operation=AlterConfigOpType.SET)]
+                     ).result(timeout=15)
+        assert raw_produce(client, topic, plain)["error_code"] == 0
+        assert [h.compression for h, _ in _fetch_batches(client, topic)] == [CODEC_NONE, CODEC_GZIP]
+    finally:
+        client.close()
+
+    # A real client reads what was recompressed (librdkafka lz4 -> snappy topic).
+    admin = admin_for(broker)
+    topic = unique_topic(request, "ct-ck")
+    create_topic(admin, topic, 1, config={"compression.type": "snappy"})
+    p = Producer({"bootstrap.servers": broker.bootstrap, "compression.type": "lz4", "linger.ms": 20})
+    for i in range(2000):
+        p.produce(topic, key=b"%d" % i, value=b"payload-%d" % i)
+    drain(p)
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": unique_topic(request, "g"),
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, 0)])
+    got = []
+    deadline = time.monotonic() + 60
+    while len(got) < 2000 and time.monotonic() < deadline:
+        m = c.poll(1.0)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+    c.close()
+    assert got == [b"payload-%d" % i for i in range(2000)]
+
+
+def test_offset_delete_log_dirs_and_producers_raw(broker, request):
+    from protocol.errors import ErrorCode
+    from protocol.messages import ApiKey
+    from .rawclient import RawClient, create_topic as raw_create, make_batch, produce as raw_produce
+    client = RawClient(broker.bootstrap)
+    try:
+        topic = unique_topic(request, "raw")
+        raw_create(client, topic)
+        pid = client.request(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": None, "transaction_timeout_ms": 60000,
+                                                          "producer_id": -1, "producer_epoch": -1})
+        batch = make_batch([b"a", b"b", b"c"], producer_id=pid["producer_id"], producer_epoch=pid["producer_epoch"],
+                           base_sequence=0)
+        assert raw_produce(client, topic, batch)["error_code"] == 0
+
+        r = client.request(ApiKey.DESCRIBE_PRODUCERS, 0, {"topics": [{"name": topic, "partition_indexes": [0, 5]}]})
+        p0, p5 = r["topics"][0]["partitions"]
+        assert p0["error_code"] == 0
+        assert [(a["producer_id"], a["producer_epoch"], a["last_sequence"]) for a in p0["active_producers"]] == \
+            [(pid["producer_id"], pid["producer_epoch"], 2)]
+        assert p5["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+        r = client.request(ApiKey.DESCRIBE_LOG_DIRS, 4, {"topics": [{"topic": topic, "partitions": [0]}]})
+        (d,) = r["results"]
+        assert d["error_code"] == 0 and d["log_dir"].endswith("topics") and d["total_bytes"] > 0
+        assert [(t["name"], [p["partition_index"] for p in t["partitions"]]) for t in d["topics"]] == [(topic, [0])]
+        assert d["topics"][0]["partitions"][0]["partition_size"] >= len(batch)
+
+        group = unique_topic(request, "og")
+        commit = client.request(ApiKey.OFFSET_COMMIT, 8, {
+            "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
+            "topics": [{"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 2,
+                                                       "committed_leader_epoch": -1, "committed_metadata": ""}]}]})
+        assert commit["topics"][0]["partitions"][0]["error_code"] == 0
+        delete = {"group_id": group, "topics": [{"name": topic, "partitions": [{"partition_index": 0},
+                                                                                 {"partition_index": 9}]}]}
+        r = client.request(ApiKey.OFFSET_DELETE, 0, delete)
+        assert r["error_code"] == 0
+        assert [p["error_code"] for p in r["topics"][0]["partitions"]] == [0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+        fetched = client.request(ApiKey.OFFSET_FETCH, 7, {"group_id": group, "topics": [
+            {"name": topic, "partition_indexes": [0]}], "require_stable": False})
+        assert fetched["topics"][0]["partitions"][0]["committed_offset"] == -1
+        r = client.request(ApiKey.OFFSET_DELETE, 0, {**delete, "group_id": unique_topic(request, "nogroup")})
+        assert r["error_code"] == ErrorCode.GROUP_ID_NOT_FOUND
+    finally:
+        client.close()
