@@ -124,7 +124,9 @@ _COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 _TABLE = [
     TopicConfig("cleanup.policy", LIST, "delete", "log.cleanup.policy", True, _cleanup_policy,
                 choices=("compact", "delete"),
-                doc="delete: retention by time/size; compact keeps the latest record per key"),
+                doc="delete: retention by time and size" + (
+                    "; compact keeps the latest record per key" if COMPACTION_AVAILABLE
+                    else "; compact and compact,delete are refused until log compaction lands")),
     TopicConfig("compression.type", STRING, "producer", "compression.type", True, choices=_COMPRESSION,
                 doc="producer keeps the client's codec; any other value recompresses on produce"),
     TopicConfig("compression.gzip.level", INT, "-1", "compression.gzip.level", False, _level(1, 9, -1)),
