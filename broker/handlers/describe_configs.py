@@ -37,6 +37,14 @@ def topic_entries(broker, topic, keys, include_synonyms: bool, include_documenta
         if keys is not None and name not in keys:
             continue
         c = tc.TOPIC_CONFIGS[name]
+        if name == "replication.fanout" and name not in topic.configs and broker.cluster.enabled:
+            # Without an override the trees were laid out with the controller's canopy.fanout
+            # at creation, which the topic's metadata records (this broker's may differ).
+            img = broker.cluster.image.topics.get(topic.name)
+            if img is not None:
+                v = str(img.fanout)
+                src = tc.SOURCE_DEFAULT if v == c.default else tc.SOURCE_STATIC_BROKER
+                r = tc.Resolved(v, src, [("canopy.fanout", v, src)])
         doc = None
         if include_documentation:
             doc = c.doc or None
