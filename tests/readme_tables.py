@@ -35,16 +35,16 @@ CLIENTS_TESTED: dict[int, str] = {
     22: "kafka-python, confluent-kafka, Java, kafkajs, sarama, raw",
     23: "canopy's own followers (replication), raw",
     32: "kafka-python, confluent-kafka, Java, raw",
-    33: "confluent-kafka",
-    35: "Java, raw",
+    33: "confluent-kafka, kafka-python",
+    35: "kafka-python, Java, raw",
     37: "confluent-kafka",
-    42: "confluent-kafka, Java",
-    43: "confluent-kafka, Java",
-    44: "confluent-kafka, Java, raw",
+    42: "kafka-python, confluent-kafka, Java",
+    43: "kafka-python, confluent-kafka, Java",
+    44: "kafka-python, confluent-kafka, Java, raw",
     45: "`canopy cluster promote`, raw",
-    47: "Java, raw",
+    47: "kafka-python, Java, raw",
     60: "confluent-kafka",
-    61: "Java, raw",
+    61: "kafka-python, Java, raw",
 }
 
 

@@ -350,3 +350,54 @@ def test_offset_delete_log_dirs_and_producers_raw(broker, request):
         assert r["error_code"] == ErrorCode.GROUP_ID_NOT_FOUND
     finally:
         client.close()
+
+
+def test_kafka_python_admin_calls(broker, request):
+    """The same calls from kafka-python 3's KafkaAdminClient (it can send all of them)."""
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTP
+    from kafka.admin import ConfigResource as KConfigResource
+    from kafka.admin import ConfigResourceType, KafkaAdminClient
+    from kafka.admin import NewTopic as KNewTopic
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        topic, group = unique_topic(request, "kp"), unique_topic(request, "kpg")
+        admin.create_topics([KNewTopic(topic, 1, 1, topic_configs={"delete.retention.ms": "1000"})])
+        res = lambda configs: KConfigResource(ConfigResourceType.TOPIC, topic, configs=configs)  # noqa: E731
+        for incremental in (False, True):   # AlterConfigs (33), IncrementalAlterConfigs (44)
+            r = admin.alter_configs([res({"retention.ms": "3600000", "delete.retention.ms": "1000"})],
+                                    incremental=incremental)
+            assert r == {"topic": {topic: "OK"}}, r
+            r = admin.alter_configs([res({"nope": "1"})], raise_on_unknown=False, incremental=incremental)
+            assert "[Error 40] InvalidConfigurationError: Unknown topic config name: nope" in r["topic"][topic], r
+            r = admin.alter_configs([res({"retention.ms": "-9"})], incremental=incremental)
+            assert "Invalid value -9 for configuration retention.ms: Value must be at least -1" in r["topic"][topic]
+        d = admin.describe_configs([KConfigResource(ConfigResourceType.TOPIC, topic)])["topic"][topic]
+        assert d["retention.ms"]["value"] == "3600000" and d["retention.ms"]["config_source"] == "DYNAMIC_TOPIC_CONFIG"
+
+        p = KafkaProducer(bootstrap_servers=broker.bootstrap)
+        for _ in range(3):
+            p.send(topic, b"x").get(timeout=30)
+        p.close()
+        (state,) = admin.describe_producers([KTP(topic, 0)]).values()
+        assert [s.last_sequence for s in state.active_producers] == [2]
+        dirs = admin.describe_log_dirs({topic: [0]})
+        assert dirs[0]["log_dirs"][0]["topics"][0]["partitions"][0]["partition_size"] > 0, dirs
+
+        c = KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id=group, auto_offset_reset="earliest",
+                          enable_auto_commit=False)
+        n, deadline = 0, time.monotonic() + 60
+        while n < 3 and time.monotonic() < deadline:
+            n += sum(len(v) for v in c.poll(1000).values())
+        c.commit()
+        assert admin.delete_groups([group]) == {group: "NonEmptyGroupError"}
+        r = admin.delete_group_offsets(group, [KTP(topic, 0)])
+        assert r[KTP(topic, 0)].__name__ == "GroupSubscribedToTopicError", r
+        c.close()
+        r = admin.delete_group_offsets(group, [KTP(topic, 0)])
+        assert r[KTP(topic, 0)].__name__ == "NoError", r
+        assert admin.delete_groups([group, group + "-x"]) == {group: "OK", group + "-x": "GroupIdNotFoundError"}
+        r = admin.elect_leaders(0, {topic: [0]}, raise_errors=False)
+        assert r.replica_election_results[0].partition_result[0].error_code == KafkaError.ELECTION_NOT_NEEDED
+    finally:
+        admin.close()
