@@ -1,10 +1,11 @@
-"""Issue 12's admin APIs from confluent-kafka's AdminClient against a real `canopy serve`:
+"""Issue 12's admin APIs against a real `canopy serve`, from confluent-kafka's AdminClient:
 IncrementalAlterConfigs / AlterConfigs (topic and broker, validate_only, Kafka's answers
 for an unknown config, an out-of-range value and a static broker config),
 DescribeConfigs' sources and synonyms, CreateTopics with every Kafka topic config,
 DeleteGroups (unknown group, non-empty group), ElectLeaders, and compression.type
-recompressing on produce. The Java AdminClient runs the same calls in
-tests/e2e/test_java_client.py::test_java_admin_apis.
+recompressing on produce; from kafka-python 3's KafkaAdminClient (which can also send
+OffsetDelete, DescribeLogDirs and DescribeProducers); and byte-level with a raw client.
+The Java AdminClient runs the same calls in tests/e2e/test_java_admin.py.
 """
 from __future__ import annotations
 
