@@ -278,7 +278,7 @@ class Controller:
                                  e.isr if e.clean else [e.leader], p.mod_revision)
         else:
             preferred = preferred_leader(p.replicas, index)
-            if preferred == p.leader:
+            if preferred == p.leader and preferred in live:
                 raise ControllerError(ErrorCode.ELECTION_NOT_NEEDED,
                                       f"{preferred} already leads {name}-{index}")
             if preferred not in live or preferred not in p.isr:

@@ -114,3 +114,55 @@ def test_elect_leaders_through_the_controller(cluster3):
     assert r[tp] is None, r
     for b in cluster3.values():
         wait_for(lambda: metadata(b.bootstrap, topic)[0][0] == preferred, "preferred leader on every broker")
+
+
+def test_unclean_election_brings_an_offline_partition_back(cluster3):
+    """Replicas [A, B] of a partition, unclean.leader.election.enable false: B dies (the
+    controller drops it from the ISR), then the leader A dies, so the partition is offline.
+    B comes back but is out of the ISR: no clean election can pick it. A preferred election
+    answers PREFERRED_LEADER_NOT_AVAILABLE; an unclean one (Kafka's ElectionType.UNCLEAN)
+    makes B the leader with an ISR of itself, and it serves what it had."""
+    from confluent_kafka.admin import NewTopic
+    topic = "offline"
+    admin = AdminClient({"bootstrap.servers": cluster3[1].bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 2)])[topic].result(15)
+    wait_for(lambda: all(len(metadata(b.bootstrap, topic)[0][3]) == 2 for b in cluster3.values()), "ISR of 2")
+    a, b = metadata(cluster3[1].bootstrap, topic)[0][2]
+    (c,) = set(cluster3) - {a, b}
+    p = Producer({"bootstrap.servers": ",".join(x.bootstrap for x in cluster3.values()), "acks": "all"})
+    for i in range(10):
+        p.produce(topic, value=b"%d" % i)
+    assert p.flush(30) == 0
+
+    cluster3[b].kill9()
+    wait_for(lambda: metadata(cluster3[c].bootstrap, topic)[0][3] == [a], "dead follower dropped from the ISR")
+    cluster3[a].kill9()
+    wait_for(lambda: metadata(cluster3[c].bootstrap, topic)[0][0] == -1, "partition offline")
+    admin = AdminClient({"bootstrap.servers": cluster3[c].bootstrap})
+    tp = TopicPartition(topic, 0)
+    r = admin.elect_leaders(ElectionType.UNCLEAN, [tp]).result(timeout=30)
+    assert r[tp].code() == KafkaError.ELIGIBLE_LEADERS_NOT_AVAILABLE, r   # nobody alive to lead
+
+    cluster3[b].start()
+    wait_for(lambda: b in [x["node_id"] for x in cluster_metadata(cluster3[c].bootstrap, [])["brokers"]],
+             "restarted replica registered", timeout=60)
+    assert metadata(cluster3[c].bootstrap, topic)[0][0] == -1   # still offline: b is out of the ISR
+    r = admin.elect_leaders(ElectionType.PREFERRED, [tp]).result(timeout=30)
+    assert r[tp].code() == KafkaError.PREFERRED_LEADER_NOT_AVAILABLE, r
+    r = admin.elect_leaders(ElectionType.UNCLEAN, [tp]).result(timeout=30)
+    assert r[tp] is None, r
+    wait_for(lambda: metadata(cluster3[c].bootstrap, topic)[0][0] == b
+             and metadata(cluster3[c].bootstrap, topic)[0][3] == [b], "unclean leader elected")
+
+    def end_offset_on_b():
+        conn = RawClient(cluster3[b].bootstrap)
+        try:
+            r = conn.request(2, 7, {"replica_id": -1, "topics": [{"name": topic, "partitions": [
+                {"partition_index": 0, "timestamp": -1}]}]})
+        finally:
+            conn.close()
+        part = r["topics"][0]["partitions"][0]
+        return part["offset"] if part["error_code"] == 0 else None
+
+    # b serves as leader once it has applied the election; it kept what it had replicated.
+    assert wait_for(end_offset_on_b, "the new leader answering") == 10
