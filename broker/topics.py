@@ -310,6 +310,8 @@ class TopicRegistry:
         # Dynamic broker configs (Kafka names): this broker's own and the cluster default.
         self.dynamic_broker: dict[str, str] = {}
         self.dynamic_default: dict[str, str] = {}
+        # canopy's own settings, by Kafka broker config name (fixed for the process's life).
+        self.static_broker_values = tc.static_broker_values(config)
 
     def check_partition_budget(self, adding: int) -> None:
         """Each open partition holds ~3 file descriptors (segment, index, directory for
@@ -332,7 +334,7 @@ class TopicRegistry:
     # except each Log's LogConfig, which set_dynamic_broker_configs rebuilds.
     def resolve(self, configs: dict[str, str], name: str) -> tc.Resolved:
         return tc.resolve(tc.TOPIC_CONFIGS[name], configs, self.dynamic_broker, self.dynamic_default,
-                          tc.static_broker_values(self.config))
+                          self.static_broker_values)
 
     def config_value(self, topic: "Topic", name: str) -> str:
         """A topic config's effective value (override or inherited)."""
