@@ -152,6 +152,9 @@ class Broker:
         self.node_id = config.node_id
         self.stats = BrokerStats()
         self.topics = TopicRegistry(config.data_dir, config)
+        self.dynamic_broker_configs: dict[str, dict[str, str]] = {}   # single broker: "default"/id -> configs
+        from .config_admin import load_dynamic_broker_configs
+        load_dynamic_broker_configs(self)   # before the logs open: they take limits from it
         self.topics.load()
         floor = max((p.producers.highest_producer_id() for p in self.topics.all_partitions()), default=-1)
         self.producer_ids = ProducerIdAllocator(Path(config.data_dir) / "producer_ids.json", floor)

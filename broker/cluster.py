@@ -32,8 +32,8 @@ import trio
 
 from controller.controller import Controller, ControllerError
 from controller.etcd import Compare, EtcdClient, EtcdError, EtcdUnavailable, Op, WatchCompacted, parse_endpoints
-from controller.image import (CLUSTER_KEY, PREFIX, PRODUCER_ID_BLOCK_KEY, ClusterImage, PartitionImage, TopicImage,
-                              broker_key, broker_registration, encode, partition_key)
+from controller.image import (CLUSTER_KEY, DEFAULT_BROKER_CONFIGS, PREFIX, PRODUCER_ID_BLOCK_KEY, ClusterImage,
+                              PartitionImage, TopicImage, broker_key, broker_registration, encode, partition_key)
 from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
 from replication.client import PeerConnection, PeerError
@@ -114,10 +114,9 @@ class Cluster:
 
     def unclean_election_enabled(self, topic: str) -> bool:
         t = self.image.topics.get(topic)
-        value = t.configs.get("unclean.leader.election.enable") if t is not None else None
-        if value is None:
-            return self.config.unclean_leader_election_enable
-        return value.lower() == "true"
+        # The topic's override, else the broker's (possibly dynamic) default.
+        return self.broker.topics.resolve(t.configs if t is not None else {},
+                                          "unclean.leader.election.enable").value.lower() == "true"
 
     def validate_new_topic(self, name: str) -> None:
         validate_topic_name(name)
@@ -176,6 +175,7 @@ class Cluster:
         image.revision = revision
         self._report_unreadable(image)
         self.image = image
+        self._apply_broker_configs()
         registry = self.broker.topics
         for name in [n for n in registry.topics if n not in image.topics]:
             log.info("topic %s is not in the cluster metadata (deleted while this broker was away); removing it", name)
@@ -226,6 +226,7 @@ class Cluster:
             if name:
                 touched.add(name)
         self._report_unreadable(self.image)
+        self._apply_broker_configs()
         registry = self.broker.topics
         for name in touched:
             t = self.image.topics.get(name)
@@ -234,6 +235,14 @@ class Cluster:
             elif registry.get(name) is not None and not self.image.knows_topic(name):
                 self._delete_local(name)
         self._signal()
+
+    def _apply_broker_configs(self) -> None:
+        """Dynamic broker configs (AlterConfigs on a BROKER resource) live in etcd; every
+        broker applies the cluster default and its own at once, as Kafka's brokers apply
+        the controller's config records."""
+        bc = self.image.broker_configs
+        self.broker.topics.set_dynamic_broker_configs(bc.get(DEFAULT_BROKER_CONFIGS, {}),
+                                                      bc.get(str(self.node_id), {}))
 
     def _delete_local(self, name: str) -> None:
         topic = self.broker.topics.get(name)
@@ -261,6 +270,11 @@ class Cluster:
                 local = registry.create(t.name, len(t.partitions), dict(t.configs), topic_id=t.topic_id)
             elif len(local.partitions) < len(t.partitions):
                 registry.add_partitions(t.name, len(t.partitions))
+            if local.configs != t.configs:
+                # AlterConfigs on any broker: the controller wrote the topic key; every
+                # broker applies the new configs at once (retention, max.message.bytes,
+                # min.insync.replicas... take effect without a restart, as in Kafka).
+                registry.set_configs(local, dict(t.configs))
         except (TopicError, OSError) as e:
             # This broker cannot host what the controller decided (e.g. out of file
             # descriptors); it stays out of those trees rather than stop replicating.

@@ -29,6 +29,7 @@ from replication.replica_state import EpochCache, LeaderState, truncation_point
 from replication.tree import children_of, parent_of
 from storage import Log, LogConfig, StorageError, replace_durably
 
+from . import topic_configs as tc
 from .producer_state import (
     ProducerStateTable, SnapshotError, decode_snapshot, delete_snapshots, encode_snapshot,
     list_snapshots, snapshot_path,
@@ -39,28 +40,6 @@ log = logging.getLogger("canopy.topics")
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
 INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
-
-# Topic configs canopy understands (CreateTopics / DescribeConfigs), with Kafka's names.
-TOPIC_CONFIG_KEYS = {
-    "retention.ms": "log_retention_ms",
-    "retention.bytes": "log_retention_bytes",
-    "segment.bytes": "log_segment_bytes",
-    "segment.ms": "log_segment_ms",
-    "max.message.bytes": "message_max_bytes",
-    "message.timestamp.type": None,
-    # Kafka 3.6+ bounds on CreateTime timestamps, checked by Produce (KIP-937), and the
-    # older single bound they replace.
-    "message.timestamp.before.max.ms": None,
-    "message.timestamp.after.max.ms": None,
-    "message.timestamp.difference.max.ms": None,
-    "cleanup.policy": None,
-    "min.insync.replicas": None,
-    "compression.type": None,
-    "replication.fanout": None,   # canopy: children per replica in this topic's trees
-    # an out-of-sync replica may lead when no ISR member is alive (acknowledged data may go)
-    "unclean.leader.election.enable": None,
-}
-
 
 class TopicError(Exception):
     def __init__(self, code: ErrorCode, message: str):
@@ -401,6 +380,9 @@ class Topic:
     directory: Path
     partitions: list[Partition] = field(default_factory=list)
     rebuilt: bool = False   # topic.json was damaged at start and rebuilt from the directory
+    # compression.type resolved to a codec Produce re-encodes batches with; None for
+    # "producer" (the client's codec is kept: no work on the produce path).
+    target_codec: int | None = None
 
     @property
     def is_internal(self) -> bool:
@@ -408,7 +390,9 @@ class Topic:
 
     @property
     def timestamp_type(self) -> str:
-        return self.configs.get("message.timestamp.type", "CreateTime")
+        # The log's config holds the resolved value (override or inherited broker default).
+        return self.partitions[0].log.config.message_timestamp_type if self.partitions else \
+            self.configs.get("message.timestamp.type", "CreateTime")
 
     def save(self) -> None:
         meta = {"topic_id": str(self.topic_id), "partitions": len(self.partitions), "configs": self.configs}
@@ -454,6 +438,11 @@ class TopicRegistry:
             self.fd_limit = 1 << 20
         # Keep a quarter of the descriptors for connections and everything else.
         self.max_partitions = max(100, self.fd_limit * 3 // 4 // 3)
+        # Dynamic broker configs (Kafka names): this broker's own and the cluster default.
+        self.dynamic_broker: dict[str, str] = {}
+        self.dynamic_default: dict[str, str] = {}
+        # canopy's own settings, by Kafka broker config name (fixed for the process's life).
+        self.static_broker_values = tc.static_broker_values(config)
 
     def check_partition_budget(self, adding: int) -> None:
         """Each open partition holds ~3 file descriptors (segment, index, directory for
@@ -469,70 +458,64 @@ class TopicRegistry:
         return Partition(topic, index, log_, self.config.node_id, self.config.replica_lag_time_max_ms)
 
     # -- configs ---------------------------------------------------------------
-    def _log_defaults(self) -> dict[str, str]:
-        """The broker-wide defaults of the topic configs storage enforces."""
-        c = self.config
-        return {
-            "retention.ms": str(c.log_retention_ms),
-            "retention.bytes": str(c.log_retention_bytes),
-            "segment.bytes": str(c.log_segment_bytes),
-            "segment.ms": str(c.log_segment_ms),
-            "max.message.bytes": str(c.message_max_bytes),
-        }
+    # Topic configs resolve as in Kafka (broker/topic_configs.py): the topic's override,
+    # else this broker's dynamic config, the cluster-wide dynamic default, the static
+    # broker setting, Kafka's default. The dynamic layers change at run time
+    # (AlterConfigs on a BROKER resource), so nothing below caches a resolved value
+    # except each Log's LogConfig, which set_dynamic_broker_configs rebuilds.
+    def resolve(self, configs: dict[str, str], name: str) -> tc.Resolved:
+        return tc.resolve(tc.TOPIC_CONFIGS[name], configs, self.dynamic_broker, self.dynamic_default,
+                          self.static_broker_values)
+
+    def config_value(self, topic: "Topic", name: str) -> str:
+        """A topic config's effective value (override or inherited)."""
+        v = topic.configs.get(name)
+        return v if v is not None else self.resolve({}, name).value
+
+    _STORAGE_CONFIGS = ("retention.ms", "retention.bytes", "segment.bytes", "segment.ms", "max.message.bytes",
+                        "message.timestamp.type", "cleanup.policy")
 
     def log_config(self, topic_configs: dict[str, str]) -> LogConfig:
-        return LogConfig.from_topic_configs({**self._log_defaults(), **topic_configs})
+        return LogConfig.from_topic_configs({n: self.resolve(topic_configs, n).value for n in self._STORAGE_CONFIGS})
 
-    def effective_configs(self, topic: Topic) -> dict[str, tuple[str, bool]]:
-        """config name -> (value, is_default) as DescribeConfigs reports them."""
-        defaults = {
-            **self._log_defaults(),
-            "message.timestamp.type": "CreateTime",
-            "message.timestamp.before.max.ms": str((1 << 63) - 1),
-            "message.timestamp.after.max.ms": str((1 << 63) - 1),
-            "message.timestamp.difference.max.ms": str((1 << 63) - 1),
-            "cleanup.policy": "delete",
-            "min.insync.replicas": str(self.config.min_insync_replicas),
-            "unclean.leader.election.enable": str(self.config.unclean_leader_election_enable).lower(),
-            "compression.type": "producer",
-        }
-        out = {k: (v, True) for k, v in defaults.items()}
-        for k, v in topic.configs.items():
-            out[k] = (v, False)
-        return out
+    def effective_configs(self, topic: Topic) -> dict[str, tc.Resolved]:
+        """Every topic config, resolved, as DescribeConfigs reports them."""
+        return {name: self.resolve(topic.configs, name) for name in sorted(tc.TOPIC_CONFIGS)}
 
     @staticmethod
     def validate_configs(configs: dict[str, str]) -> None:
-        for key, value in configs.items():
-            if key not in TOPIC_CONFIG_KEYS:
-                raise TopicError(ErrorCode.INVALID_CONFIG, f"unknown topic config {key!r}")
-            if value is None:
-                raise TopicError(ErrorCode.INVALID_CONFIG, f"config {key!r} has no value")
-            if key == "message.timestamp.type":
-                if value not in ("CreateTime", "LogAppendTime"):
-                    raise TopicError(ErrorCode.INVALID_CONFIG,
-                                     "message.timestamp.type must be CreateTime or LogAppendTime")
-            elif key == "cleanup.policy":
-                if value != "delete":
-                    raise TopicError(ErrorCode.INVALID_CONFIG, "only cleanup.policy=delete is supported")
-            elif key == "unclean.leader.election.enable":
-                if value.lower() not in ("true", "false"):
-                    raise TopicError(ErrorCode.INVALID_CONFIG, "unclean.leader.election.enable must be true or false")
-            elif key == "compression.type":
-                if value not in ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"):
-                    raise TopicError(ErrorCode.INVALID_CONFIG, f"bad compression.type {value!r}")
-            else:
-                try:
-                    n = int(value)
-                except ValueError:
-                    raise TopicError(ErrorCode.INVALID_CONFIG, f"config {key!r} must be an integer") from None
-                if key in ("segment.bytes", "max.message.bytes", "segment.ms", "min.insync.replicas",
-                           "replication.fanout") and n <= 0:
-                    raise TopicError(ErrorCode.INVALID_CONFIG, f"config {key!r} must be positive")
-                if key.startswith("message.timestamp.") and n < 0:
-                    raise TopicError(ErrorCode.INVALID_CONFIG, f"config {key!r} must be >= 0")
-                if key in ("retention.ms", "retention.bytes") and n < -1:
-                    raise TopicError(ErrorCode.INVALID_CONFIG, f"config {key!r} must be >= -1")
+        try:
+            tc.validate(configs)
+        except tc.ConfigError as e:
+            raise TopicError(e.code, str(e)) from None
+
+    _CODECS = {"producer": None, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+    def _apply_configs(self, topic: Topic) -> None:
+        """Push a topic's resolved configs to what reads them on the data path: each
+        partition's LogConfig (storage's limits) and the codec Produce recompresses with."""
+        lc = self.log_config(topic.configs)
+        for p in topic.partitions:
+            p.log.config = lc
+        topic.target_codec = self._CODECS[self.resolve(topic.configs, "compression.type").value]
+
+    def set_configs(self, topic: Topic, configs: dict[str, str]) -> None:
+        """Replace a topic's overrides (AlterConfigs; or the cluster's metadata changed)
+        and apply them at once: storage's limits to every partition's log, the rest is
+        read per request."""
+        topic.configs = dict(configs)
+        topic.save()
+        self._apply_configs(topic)
+        log.info("topic %s configs now %s", topic.name, topic.configs or "{}")
+
+    def set_dynamic_broker_configs(self, default: dict[str, str], this_broker: dict[str, str]) -> None:
+        """The dynamic broker configs changed: every topic's inherited values follow."""
+        if default == self.dynamic_default and this_broker == self.dynamic_broker:
+            return
+        self.dynamic_default, self.dynamic_broker = dict(default), dict(this_broker)
+        for t in self.topics.values():
+            self._apply_configs(t)
+        log.info("dynamic broker configs now: default %s, this broker %s", default or "{}", this_broker or "{}")
 
     # -- lifecycle -------------------------------------------------------------
     def load(self) -> None:
@@ -585,6 +568,7 @@ class TopicRegistry:
         lc = self.log_config(topic.configs)
         for i in range(partitions):
             topic.partitions.append(self._partition(topic, i, Log(d / str(i), lc)))
+        self._apply_configs(topic)
         self.topics[topic.name] = topic
         self.by_id[topic.topic_id] = topic
         if log_loaded:
@@ -597,6 +581,7 @@ class TopicRegistry:
         topic.topic_id, topic.configs, topic.rebuilt = topic_id, configs, False
         self.by_id[topic_id] = topic
         topic.save()
+        self._apply_configs(topic)
         log.info("topic %s: topic id and configs from the cluster metadata (id %s)", topic.name, topic_id)
 
     def get(self, name: str) -> Topic | None:
@@ -628,6 +613,7 @@ class TopicRegistry:
         lc = self.log_config(configs)
         for i in range(num_partitions):
             topic.partitions.append(self._partition(topic, i, Log(d / str(i), lc)))
+        self._apply_configs(topic)
         topic.save()
         self.topics[name] = topic
         self.by_id[topic.topic_id] = topic

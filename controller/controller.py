@@ -24,11 +24,13 @@ import uuid
 import trio
 
 from protocol.errors import ErrorCode
-from replication.tree import assign_replicas, children_of
+from replication.replica_state import choose_leader
+from replication.tree import assign_replicas, children_of, preferred_leader, promote
 
 from .decisions import changes_for_liveness, reassign
 from .etcd import Compare, EtcdError, Op
-from .image import (CONTROLLER_KEY, PartitionImage, TopicImage, encode, partition_key, topic_key, PARTITIONS)
+from .image import (CONTROLLER_KEY, PARTITIONS, PartitionImage, TopicImage, broker_configs_key, encode,
+                    partition_key, topic_key)
 
 log = logging.getLogger("canopy.controller")
 
@@ -237,6 +239,64 @@ class Controller:
         key = topic_key(name)
         if await self._write([Compare.value(key, "=", t.to_value())], ops) is None:
             raise ControllerError(ErrorCode.INVALID_PARTITIONS, f"topic {name!r} changed meanwhile; retry")
+
+    async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        """Replace a topic's config overrides (AlterConfigs, IncrementalAlterConfigs; the
+        caller validated them). Every broker applies them from the watch."""
+        t = self.cluster.image.topics.get(name)
+        if t is None:
+            raise ControllerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+        altered = TopicImage(t.name, t.topic_id, dict(configs), t.fanout, t.num_partitions)
+        key = topic_key(name)
+        if await self._write([Compare.value(key, "=", t.to_value())], [Op.put(key, altered.to_value())]) is None:
+            raise ControllerError(ErrorCode.REQUEST_TIMED_OUT,
+                                  f"topic {name!r} changed meanwhile; retry")
+        log.info("controller: topic %s configs now %s", name, configs or "{}")
+
+    async def set_broker_configs(self, resource: str, configs: dict[str, str]) -> None:
+        """Replace the dynamic configs of one broker (``resource`` its node id) or of all
+        (``resource`` "default"). Every broker applies them from the watch."""
+        key = broker_configs_key(resource)
+        op = Op.put(key, encode({"configs": configs})) if configs else Op.delete(key)
+        await self._write([], [op])
+        log.info("controller: dynamic broker configs of %s now %s", resource, configs or "{}")
+
+    async def elect_leader(self, name: str, index: int, unclean: bool) -> None:
+        """ElectLeaders for one partition. Preferred: move leadership to the preferred
+        replica (replication.tree.preferred_leader) when it is live and in the ISR.
+        Unclean (Kafka's UNCLEAN election type): only for a partition whose leader is
+        gone; the first live ISR member, else the first live replica, which then leads
+        with an ISR of itself (acknowledged records it lacks are lost, as in Kafka)."""
+        img = self.cluster.image
+        t = img.topics.get(name)
+        if t is None or not 0 <= index < len(t.partitions):
+            raise ControllerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown partition {name}-{index}")
+        p = t.partitions[index]
+        live = set(img.brokers)
+        if unclean:
+            if p.leader in live:
+                raise ControllerError(ErrorCode.ELECTION_NOT_NEEDED, f"{name}-{index} has a live leader {p.leader}")
+            e = choose_leader(p.replicas, p.isr, live, True)
+            if e is None:
+                raise ControllerError(ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+                                      f"no live replica of {name}-{index} can lead")
+            new = PartitionImage(promote(p.replicas, e.leader, demoted=p.leader), p.leader_epoch + 1,
+                                 e.isr if e.clean else [e.leader], p.mod_revision)
+        else:
+            preferred = preferred_leader(p.replicas, index)
+            if preferred == p.leader and preferred in live:
+                raise ControllerError(ErrorCode.ELECTION_NOT_NEEDED,
+                                      f"{preferred} already leads {name}-{index}")
+            if preferred not in live or preferred not in p.isr:
+                raise ControllerError(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+                                      f"preferred leader {preferred} of {name}-{index} is not live and in the "
+                                      f"ISR {p.isr}")
+            new = reassign(p, promote(p.replicas, preferred, demoted=p.leader))
+        if not await self._write_partition(name, index, p, new):
+            raise ControllerError(ErrorCode.REQUEST_TIMED_OUT, f"{name}-{index} changed meanwhile; retry")
+        log.warning("controller: %s election of %s-%d: leader %d -> %d (epoch %d), isr %s",
+                    "UNCLEAN" if unclean else "preferred", name, index, p.leader, new.leader,
+                    new.leader_epoch, new.isr)
 
     async def set_tree(self, name: str, index: int, replicas: list[int], force: bool = False) -> None:
         t = self.cluster.image.topics.get(name)

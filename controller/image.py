@@ -21,6 +21,9 @@ to read with ``etcdctl get --prefix /canopy/``)::
     /canopy/acls/<type>/<pattern>/<name>/<principal>/<host>/<operation>/<permission>
                                        one ACL binding (broker/security/acl.py's JSON form);
                                        path parts percent-encoded, the value is what counts
+    /canopy/broker_configs/<id>        {"configs": {name: value}}  dynamic broker configs
+                                                                 (AlterConfigs on a BROKER resource);
+                                                                 <id> "default" is the cluster default
 
 This module is pure: etcd key-values in, image out. Every broker applies the same keys at
 the same revisions, so every broker answers Metadata alike.
@@ -43,10 +46,17 @@ USERS = PREFIX + "users/"
 ACLS = PREFIX + "acls/"
 
 _acl_generations = itertools.count(1)
+BROKER_CONFIGS = PREFIX + "broker_configs/"
+DEFAULT_BROKER_CONFIGS = "default"   # Kafka's empty broker resource name: every broker
 
 
 def broker_key(node_id: int) -> str:
     return f"{BROKERS}{node_id}"
+
+
+def broker_configs_key(name: str) -> str:
+    """``name``: a node id, or DEFAULT_BROKER_CONFIGS for the cluster-wide default."""
+    return BROKER_CONFIGS + name
 
 
 def topic_key(name: str) -> str:
@@ -163,6 +173,7 @@ class ClusterImage:
         # index when the generation changes (unique across images, so a reload counts too).
         self.acls: dict[str, dict] = {}
         self.acl_generation = next(_acl_generations)
+        self.broker_configs: dict[str, dict[str, str]] = {}   # node id or "default" -> dynamic configs
 
     @property
     def topics(self) -> dict[str, TopicImage]:
@@ -203,12 +214,19 @@ class ClusterImage:
                 self.acls[key] = data
             self.acl_generation = next(_acl_generations)
             return ""
-        if key != CONTROLLER_KEY and not key.startswith((BROKERS, TOPICS, PARTITIONS)):
+        if key != CONTROLLER_KEY and not key.startswith((BROKERS, TOPICS, PARTITIONS, BROKER_CONFIGS)):
             return None   # e.g. the producer-id block, or a key of a newer canopy: not ours to read
         data = _decode(value)
         if key == CONTROLLER_KEY:
             self.controller_id = int(data["node_id"]) if data else -1
             self.controller_epoch = create_revision if data else -1
+            return ""
+        if key.startswith(BROKER_CONFIGS):
+            name = key[len(BROKER_CONFIGS):]
+            if data is None:
+                self.broker_configs.pop(name, None)
+            else:
+                self.broker_configs[name] = {str(k): str(v) for k, v in data["configs"].items()}
             return ""
         if key.startswith(BROKERS):
             node = int(key[len(BROKERS):])

@@ -41,9 +41,11 @@ class ApiKey(IntEnum):
     DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    DESCRIBE_LOG_DIRS = 35
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
     ALTER_PARTITION_REASSIGNMENTS = 45
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
@@ -68,6 +70,7 @@ _NAMES = {
     ApiKey.END_TXN: "EndTxn", ApiKey.TXN_OFFSET_COMMIT: "TxnOffsetCommit",
     ApiKey.DESCRIBE_ACLS: "DescribeAcls", ApiKey.CREATE_ACLS: "CreateAcls", ApiKey.DELETE_ACLS: "DeleteAcls",
     ApiKey.DESCRIBE_CONFIGS: "DescribeConfigs", ApiKey.ALTER_CONFIGS: "AlterConfigs",
+    ApiKey.DESCRIBE_LOG_DIRS: "DescribeLogDirs", ApiKey.ELECT_LEADERS: "ElectLeaders",
     ApiKey.CREATE_PARTITIONS: "CreatePartitions", ApiKey.DELETE_GROUPS: "DeleteGroups",
     ApiKey.INCREMENTAL_ALTER_CONFIGS: "IncrementalAlterConfigs",
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: "AlterPartitionReassignments",

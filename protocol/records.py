@@ -360,6 +360,23 @@ def set_log_append_time(buf, pos: int, ts_ms: int) -> None:
     _UINT32.pack_into(buf, pos + CRC_OFFSET, compute_crc(buf, pos))
 
 
+def recompress_batch(buf, codec: int, pos: int = 0) -> bytearray:
+    """The batch at ``pos`` with its records section re-encoded with ``codec`` (a topic's
+    compression.type other than ``producer``, as Kafka's LogValidator recompresses): the
+    records are byte for byte the same, only the section's compression, the codec bits of
+    the attributes, the batch length and the CRC change. librdkafka's raw snappy becomes
+    xerial-framed snappy, which every client reads."""
+    h, body = _batch_body(buf, pos)
+    packed = compress(codec, bytes(body))
+    out = bytearray(BATCH_HEADER_SIZE + len(packed))
+    out[:BATCH_HEADER_SIZE] = bytes(memoryview(buf)[pos:pos + BATCH_HEADER_SIZE])
+    out[BATCH_HEADER_SIZE:] = packed
+    _INT32.pack_into(out, BATCH_LENGTH_OFFSET, len(out) - LOG_OVERHEAD)
+    _INT16.pack_into(out, ATTRIBUTES_OFFSET, (h.attributes & ~COMPRESSION_CODEC_MASK) | codec)
+    _UINT32.pack_into(out, CRC_OFFSET, compute_crc(out, 0))
+    return out
+
+
 def max_timestamp_needs_recompute(h: BatchHeader) -> bool:
     """The cheap test deciding whether a CreateTime batch's header can be trusted.
 

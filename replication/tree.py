@@ -50,6 +50,15 @@ def assign_replicas(brokers: list[int], partition: int, replication_factor: int)
     return rotated[:min(replication_factor, n)]
 
 
+def preferred_leader(replicas: list[int], partition: int) -> int:
+    """Kafka's preferred leader is the first replica of the assignment; canopy reorders
+    its trees on every promotion, so it recomputes it the way assign_replicas picks the
+    first replica: the partition index rotates through the sorted replica set (for a topic
+    spread over every broker this is the leader it was created with)."""
+    ordered = sorted(replicas)
+    return ordered[partition % len(ordered)]
+
+
 def render(replicas: list[int], fanout: int) -> list[str]:
     """Indented lines showing the tree, for `canopy cluster describe`."""
     lines: list[str] = []

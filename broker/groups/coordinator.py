@@ -20,6 +20,7 @@ UNKNOWN_MEMBER_ID or NOT_COORDINATOR and rejoin, which every client handles.
 from __future__ import annotations
 
 import logging
+import struct
 import time
 
 import trio
@@ -59,6 +60,25 @@ def _end(g: Group, error: int) -> None:
 
 class CoordinatorMoved(Exception):
     """This broker stopped leading the group's offsets partition during a commit."""
+
+
+def _subscribed_topics(g: Group) -> set[str] | None:
+    """Topics the members of a consumer group subscribe to, read from their
+    ConsumerProtocolSubscription (int16 version, then an array of int16-length strings);
+    None when one cannot be read (then every topic counts as subscribed, the safe side)."""
+    out: set[str] = set()
+    for m in g.members.values():
+        data = bytes(m.metadata(g.protocol_name) if g.protocol_name else (m.protocols[0][1] if m.protocols else b""))
+        try:
+            (n,) = struct.unpack_from(">i", data, 2)
+            pos = 6
+            for _ in range(n):
+                (ln,) = struct.unpack_from(">h", data, pos)
+                out.add(data[pos + 2:pos + 2 + ln].decode())
+                pos += 2 + ln
+        except (struct.error, UnicodeDecodeError):
+            return None
+    return out
 
 
 def _now_ms() -> int:
@@ -307,12 +327,13 @@ class GroupCoordinator:
         batch, size = [], 0
         batches = []
         for (topic, partition), e in records:
-            k, v = encode_key(group_id, topic, partition), encode_value(e)
-            if batch and size + len(k) + len(v) > _BATCH_BUDGET:
+            # e None: a tombstone (DeleteGroups, OffsetDelete)
+            k, v = encode_key(group_id, topic, partition), encode_value(e) if e is not None else None
+            if batch and size + len(k) + len(v or b"") > _BATCH_BUDGET:
                 batches.append(batch)
                 batch, size = [], 0
-            batch.append((k, v, [], e.commit_timestamp))
-            size += len(k) + len(v) + 32
+            batch.append((k, v, [], e.commit_timestamp if e is not None else None))
+            size += len(k) + len(v or b"") + 32
         batches.append(batch)
         epoch = part.leader_epoch
         for b in batches:
@@ -324,7 +345,7 @@ class GroupCoordinator:
         if len(part.replicas) > 1:
             # Kafka appends commits with acks=all: acknowledged once the committed ISR holds
             # them, so they survive the loss of the leader and its disk.
-            if len(part.isr()) < int(part.topic.configs.get("min.insync.replicas", "1")):
+            if len(part.isr()) < int(self.broker.topics.config_value(part.topic, "min.insync.replicas")):
                 raise CoordinatorMoved(f"ISR {part.isr()} of {OFFSETS_TOPIC}-{part.index} is below "
                                        f"min.insync.replicas")
             if not await part.wait_for_high_watermark(end, OFFSETS_COMMIT_TIMEOUT_S):
@@ -409,6 +430,75 @@ class GroupCoordinator:
         return [(t, [(p, table.get((t, p))) for p in parts]) for t, parts in topics]
 
     # -- admin -----------------------------------------------------------------------
+    async def delete_group(self, group_id: str) -> int:
+        """DeleteGroups: Kafka deletes only a group without members (Empty, or Dead with
+        offsets), writing tombstones for its offsets. Returns the error code."""
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID
+        if err := self.coordinator_error(group_id):
+            return err
+        g = self.groups.get(group_id)
+        table = self.offsets.of_group(group_id)
+        if (g is None or g.state == DEAD) and not table:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        if g is not None and g.state not in (EMPTY, DEAD):
+            return ErrorCode.NON_EMPTY_GROUP
+        err = await self._tombstone(group_id, list(table))
+        if err:
+            return err
+        g = self.groups.pop(group_id, None)
+        if g is not None:
+            g.state = DEAD
+        log.info("deleted group %r (%d committed offset(s))", group_id, len(table))
+        return ErrorCode.NONE
+
+    async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> tuple[int, dict]:
+        """OffsetDelete: (group error, {(topic, partition): error}). As Kafka's
+        GroupCoordinator.handleDeleteOffsets: a consumer group may drop offsets of topics
+        none of its members subscribes to (GROUP_SUBSCRIBED_TO_TOPIC otherwise); a group of
+        another protocol only while it has no members (NON_EMPTY_GROUP)."""
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID, {}
+        if err := self.coordinator_error(group_id):
+            return err, {}
+        g = self.groups.get(group_id)
+        table = self.offsets.of_group(group_id)
+        if (g is None or g.state == DEAD) and not table:
+            return ErrorCode.GROUP_ID_NOT_FOUND, {}
+        subscribed: set[str] | None = set()
+        if g is not None and g.members:
+            if g.protocol_type != "consumer":
+                return ErrorCode.NON_EMPTY_GROUP, {}
+            subscribed = _subscribed_topics(g)
+        result, doomed = {}, []
+        for t, p in partitions:
+            if self.broker.topics.partition(t, p) is None:
+                result[(t, p)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif subscribed is None or t in subscribed:
+                result[(t, p)] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+            else:
+                result[(t, p)] = ErrorCode.NONE
+                if (t, p) in table:
+                    doomed.append((t, p))
+        err = await self._tombstone(group_id, doomed)
+        if err:
+            return err, {}
+        return ErrorCode.NONE, result
+
+    async def _tombstone(self, group_id: str, partitions: list) -> int:
+        """Write tombstones for a group's offsets (acknowledged like a commit: durable and
+        on the committed ISR), then forget them. Returns an error code."""
+        if not partitions:
+            return ErrorCode.NONE
+        try:
+            await self._persist(group_id, [(tp, None) for tp in partitions])
+        except CoordinatorMoved as e:
+            log.info("offset deletion for group %r not acknowledged: %s", group_id, e)
+            return ErrorCode.NOT_COORDINATOR
+        for t, p in partitions:
+            self.offsets.put(group_id, t, p, None)
+        return ErrorCode.NONE
+
     def list_groups(self) -> list[Group]:
         return [g for g in self.groups.values() if g.state != DEAD]
 

@@ -17,8 +17,6 @@ from ..topics import TopicError
 API_KEY = ApiKey.CREATE_TOPICS
 MIN_VERSION, MAX_VERSION = 0, 7
 
-CONFIG_SOURCE_TOPIC, CONFIG_SOURCE_DEFAULT = 1, 5
-
 
 def _create_one(broker, t: dict, validate_only: bool) -> dict:
     name = t["name"]
@@ -53,10 +51,9 @@ def _create_one(broker, t: dict, validate_only: bool) -> dict:
     out.update(num_partitions=num, replication_factor=rf)
     if topic is not None:
         out["topic_id"] = topic.topic_id
-        out["configs"] = [{"name": k, "value": v, "read_only": False,
-                           "config_source": CONFIG_SOURCE_DEFAULT if default else CONFIG_SOURCE_TOPIC,
+        out["configs"] = [{"name": k, "value": r.value, "read_only": False, "config_source": r.source,
                            "is_sensitive": False}
-                          for k, (v, default) in sorted(broker.topics.effective_configs(topic).items())]
+                          for k, r in broker.topics.effective_configs(topic).items()]
     return out
 
 

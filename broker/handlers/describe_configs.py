@@ -3,27 +3,84 @@
 v1 adds synonyms and config_source (replacing v0's is_default); v3 config_type and
 documentation; v4 flexible. Resource types: 2 = topic, 4 = broker. Unknown config names
 requested are simply absent, as in Kafka.
+
+A topic shows every Kafka topic config (broker/topic_configs.py), each with where its
+value comes from: TOPIC_CONFIG (1) for an override, DYNAMIC_BROKER_CONFIG (2) /
+DYNAMIC_DEFAULT_BROKER_CONFIG (3) when AlterConfigs set the broker's default,
+STATIC_BROKER_CONFIG (4) for canopy's own settings, DEFAULT_CONFIG (5, is_default) for
+Kafka's default; synonyms list that chain when asked. A broker shows its settings
+(read-only: static) and the dynamic configs AlterConfigs may change.
 """
 from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
 
 from ..security.acl import Operation, ResourceType
+from .. import topic_configs as tc
 
 API_KEY = ApiKey.DESCRIBE_CONFIGS
 MIN_VERSION, MAX_VERSION = 1, 4
 
 TOPIC, BROKER = 2, 4
-SOURCE_TOPIC, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 4, 5
-# ConfigType enum of DescribeConfigs v3+: STRING 2, INT 3, LONG 5, LIST 7.
-_TYPES = {"retention.ms": 5, "retention.bytes": 5, "segment.bytes": 3, "segment.ms": 5,
-          "max.message.bytes": 3, "min.insync.replicas": 3, "cleanup.policy": 7}
 
 
-def _entry(name: str, value: str, source: int, include_synonyms: bool) -> dict:
-    return {"name": name, "value": value, "read_only": source != SOURCE_TOPIC,
-            "is_default": source == SOURCE_DEFAULT, "config_source": source, "is_sensitive": False,
-            "synonyms": [{"name": name, "value": value, "source": source}] if include_synonyms else [],
-            "config_type": _TYPES.get(name, 2), "documentation": None}
+def _entry(name: str, r: tc.Resolved, config_type: int, read_only: bool, include_synonyms: bool,
+           documentation: str | None = None) -> dict:
+    return {"name": name, "value": r.value, "read_only": read_only,
+            "is_default": r.source == tc.SOURCE_DEFAULT, "config_source": r.source, "is_sensitive": False,
+            "synonyms": [{"name": n, "value": v, "source": src} for n, v, src in r.synonyms]
+            if include_synonyms else [],
+            "config_type": config_type, "documentation": documentation}
+
+
+def topic_entries(broker, topic, keys, include_synonyms: bool, include_documentation: bool = False) -> list:
+    out = []
+    for name, r in broker.topics.effective_configs(topic).items():
+        if keys is not None and name not in keys:
+            continue
+        c = tc.TOPIC_CONFIGS[name]
+        if name == "replication.fanout" and name not in topic.configs and broker.cluster.enabled:
+            # Without an override the trees were laid out with the controller's canopy.fanout
+            # at creation, which the topic's metadata records (this broker's may differ).
+            img = broker.cluster.image.topics.get(topic.name)
+            if img is not None:
+                v = str(img.fanout)
+                src = tc.SOURCE_DEFAULT if v == c.default else tc.SOURCE_STATIC_BROKER
+                r = tc.Resolved(v, src, [("canopy.fanout", v, src)])
+        doc = None
+        if include_documentation:
+            doc = c.doc or None
+            if not c.acted:
+                doc = ("accepted and stored; canopy does not act on it" + (f" ({c.doc})" if c.doc else ""))
+        out.append(_entry(name, r, c.type, False, include_synonyms, doc))
+    return out
+
+
+def _static_entry(name: str, value: str, include_synonyms: bool) -> dict:
+    r = tc.Resolved(value, tc.SOURCE_STATIC_BROKER, [(name, value, tc.SOURCE_STATIC_BROKER)])
+    return _entry(name, r, tc.STRING, True, include_synonyms)
+
+
+def dynamic_broker_entries(broker, keys, include_synonyms: bool) -> dict[str, dict]:
+    """The broker configs AlterConfigs can change, resolved like Kafka's: this broker's
+    dynamic value, the cluster-wide dynamic default, the static setting, Kafka's default."""
+    from ..config_admin import current_broker_configs
+    own = current_broker_configs(broker, str(broker.node_id))
+    default = current_broker_configs(broker, "default")
+    static = tc.static_broker_values(broker.config)
+    out = {}
+    for bname, c in tc.DYNAMIC_BROKER_CONFIGS.items():
+        if keys is not None and bname not in keys:
+            continue
+        syn = []
+        if bname in own:
+            syn.append((bname, own[bname], tc.SOURCE_DYNAMIC_BROKER))
+        if bname in default:
+            syn.append((bname, default[bname], tc.SOURCE_DYNAMIC_DEFAULT_BROKER))
+        if bname in static and static[bname] != c.default:
+            syn.append((bname, static[bname], tc.SOURCE_STATIC_BROKER))
+        syn.append((bname, c.default, tc.SOURCE_DEFAULT))
+        out[bname] = _entry(bname, tc.Resolved(syn[0][1], syn[0][2], syn), c.type, False, include_synonyms)
+    return out
 
 
 def broker_configs(broker) -> dict[str, str]:
@@ -81,16 +138,17 @@ async def handle(ctx, request: dict, version: int) -> dict:
             if topic is None:
                 out.update(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, error_message=f"unknown topic {rname!r}")
             else:
-                out["configs"] = [_entry(k, v, SOURCE_DEFAULT if d else SOURCE_TOPIC, synonyms)
-                                  for k, (v, d) in sorted(broker.topics.effective_configs(topic).items())
-                                  if keys is None or k in keys]
+                out["configs"] = topic_entries(broker, topic, keys, synonyms,
+                                               request.get("include_documentation", False))
         elif rtype == BROKER:
             if rname not in ("", str(broker.node_id)):
                 out.update(error_code=ErrorCode.INVALID_REQUEST, error_message=f"broker {rname} is not this broker")
             else:
                 configs = {**broker_configs(broker), **await cluster_configs(broker, keys)}
-                out["configs"] = [_entry(k, v, SOURCE_STATIC_BROKER, synonyms)
-                                  for k, v in sorted(configs.items()) if keys is None or k in keys]
+                entries = {k: _static_entry(k, v, synonyms) for k, v in configs.items()
+                           if keys is None or k in keys}
+                entries.update(dynamic_broker_entries(broker, keys, synonyms))
+                out["configs"] = [entries[k] for k in sorted(entries)]
         else:
             out.update(error_code=ErrorCode.INVALID_REQUEST, error_message=f"resource type {rtype} not supported")
         results.append(out)

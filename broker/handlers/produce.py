@@ -14,7 +14,9 @@ Exception: a CreateTime batch whose header maxTimestamp is -1 or below firstTime
 gets the true maximum computed from its records and a new CRC (Kafka's LogValidator does
 this for every batch), because the timestamp index is built from that field. A topic that
 sets message.timestamp.before.max.ms / after.max.ms (or the older difference.max.ms) has
-every record checked against them (INVALID_TIMESTAMP with record_errors, as Kafka).
+every record checked against them (INVALID_TIMESTAMP with record_errors, as Kafka). A
+topic whose compression.type names a codec (not ``producer``) gets every batch in another
+codec re-encoded with it before it is stored, as Kafka does.
 """
 from __future__ import annotations
 
@@ -22,8 +24,9 @@ import logging
 
 from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
-from protocol.records import (NO_TIMESTAMP, TIMESTAMP_TYPE_MASK, BatchHeader, InvalidRecordBatch,
-                              max_timestamp_needs_recompute, record_timestamps,
+from protocol.records import (COMPRESSION_CODEC_MASK, NO_TIMESTAMP, TIMESTAMP_TYPE_MASK, BatchHeader,
+                              InvalidRecordBatch,
+                              max_timestamp_needs_recompute, record_timestamps, recompress_batch,
                               set_create_time_max_timestamp, set_log_append_time,
                               validate_produce_records)
 from storage import LogOffline, StorageError
@@ -146,6 +149,16 @@ def produce_to_partition(broker, partition, records, version: int, acks: int = 1
         return _partition_response(index, 0, d.base_offset, -1, lg.log_start_offset)
     if check.error:
         return _partition_response(index, check.error, log_start_offset=lg.log_start_offset)
+    codec = partition.topic.target_codec
+    if codec is not None and codec != header.compression:
+        # compression.type on the topic: Kafka's LogValidator re-encodes the batch with
+        # the topic's codec (the default, producer, keeps the client's and costs nothing).
+        try:
+            records = recompress_batch(records, codec)
+        except InvalidRecordBatch as e:
+            return _partition_response(index, e.error_code, message=str(e))
+        header = header._replace(attributes=(header.attributes & ~COMPRESSION_CODEC_MASK) | codec,
+                                 batch_length=len(records) - 12)
     append_time = -1
     if partition.topic.timestamp_type == "LogAppendTime":
         append_time = now_ms()
@@ -193,8 +206,8 @@ def _is_idempotent(records) -> bool:
 
 
 def min_insync_replicas(broker, partition) -> int:
-    value = partition.topic.configs.get("min.insync.replicas")
-    return int(value) if value else broker.config.min_insync_replicas
+    # The topic's override, else the broker's (possibly dynamic) min.insync.replicas.
+    return int(broker.topics.config_value(partition.topic, "min.insync.replicas"))
 
 
 async def handle(ctx, request: dict, version: int) -> dict | None:

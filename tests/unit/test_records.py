@@ -218,3 +218,23 @@ def test_round_trip_property(recs, codec, base_offset):
     kb = DefaultRecordBatch(bytearray(raw))
     assert kb.validate_crc()
     assert [(r.key, r.value, r.timestamp) for r in kb] == [(k, v, ts) for k, v, _, ts in recs]
+
+
+def test_recompress_batch_keeps_records_and_header_fields():
+    from protocol.records import (CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD, BatchHeader,
+                                  build_batch, check_batch, iter_records, recompress_batch)
+    recs = [(b"k%d" % i, b"v%d" % i * 10, [("h", b"x")], 1_700_000_000_000 + i) for i in range(20)]
+    for src in (CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY):
+        batch = build_batch(recs, producer_id=7, producer_epoch=1, base_sequence=40, codec=src,
+                            xerial_snappy=False)
+        before = BatchHeader.parse(batch)
+        for dst in (CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD):
+            out = recompress_batch(batch, dst)
+            h = check_batch(out)   # length and CRC are right
+            assert h.compression == dst
+            assert (h.producer_id, h.producer_epoch, h.base_sequence, h.records_count, h.base_timestamp,
+                    h.max_timestamp, h.last_offset_delta) == \
+                (before.producer_id, before.producer_epoch, before.base_sequence, before.records_count,
+                 before.base_timestamp, before.max_timestamp, before.last_offset_delta)
+            assert [(r.key, r.value, r.timestamp) for r in iter_records(out)] == \
+                [(r.key, r.value, r.timestamp) for r in iter_records(batch)]
