@@ -44,12 +44,30 @@ class RequestStats:
         if h is None:
             h = self.latency[api_key] = Histogram()
         h.observe(seconds)
-        if response is not None:
-            codes = []
-            _error_codes(response, codes)
-            for code in codes:
-                k = (api_key, code)
-                self.errors[k] = self.errors.get(k, 0) + 1
+        if response is None:
+            return
+        if api_key == 0:        # Produce: the hot path, so its one known shape is read directly
+            for t in response["responses"]:
+                for p in t["partition_responses"]:
+                    if p["error_code"]:
+                        self._error(0, p["error_code"])
+            return
+        if api_key == 1:        # Fetch: top-level code, then each partition's
+            if response.get("error_code"):
+                self._error(1, response["error_code"])
+            for t in response["responses"]:
+                for p in t["partitions"]:
+                    if p["error_code"]:
+                        self._error(1, p["error_code"])
+            return
+        codes = []
+        _error_codes(response, codes)
+        for code in codes:
+            self._error(api_key, code)
+
+    def _error(self, api_key: int, code: int) -> None:
+        k = (api_key, int(code))
+        self.errors[k] = self.errors.get(k, 0) + 1
 
 
 def _error_codes(node, out: list) -> None:

@@ -32,7 +32,9 @@ def test_errors_counted_at_every_level_of_a_response():
                                               {"index": 2, "error_code": 0, "records": b"\x00" * 10}]}]})
     s.record(0, 0.001, None)   # acks=0: no response
     s.record(3, 0.002, {"error_code": 41, "topics": []})
-    assert s.errors == {(0, 6): 2, (3, 41): 1}
+    s.record(1, 0.5, {"error_code": 0, "responses": [{"topic": "t", "partitions": [
+        {"partition_index": 0, "error_code": 1}, {"partition_index": 1, "error_code": 0}]}]})
+    assert s.errors == {(0, 6): 2, (3, 41): 1, (1, 1): 1}
     assert s.latency[0].count == 2 and s.latency[3].count == 1
 
 
