@@ -22,6 +22,7 @@ import sys
 import trio
 
 from replication.client import PeerConnection, PeerError
+from replication.client_security import PLAINTEXT
 from replication.tree import promote as promote_tree, render
 
 METADATA, DESCRIBE_CONFIGS, ALTER_REASSIGNMENTS, DESCRIBE_CLUSTER = 3, 32, 45, 60
@@ -47,10 +48,23 @@ def add_parser(sub) -> None:
     p.add_argument("--force", action="store_true",
                    help="promote NODE even if it is not in the ISR (it may lack acknowledged records)")
     p.add_argument("--bootstrap", default="127.0.0.1:9092", help="HOST:PORT of any broker (default 127.0.0.1:9092)")
+    from .users_cli import add_client_security_args
+    for sp in (d, p):
+        add_client_security_args(sp)   # --security-protocol, --sasl-*, --ssl-cafile
+
+
+# How the commands log in to the listener they dial (TLS/SASL); set by run().
+_security = PLAINTEXT
 
 
 def run(args) -> int:
+    global _security
     try:
+        from .users_cli import client_security
+        try:
+            _security = client_security(args)
+        except ValueError as e:
+            raise AdminError(str(e)) from None
         host, port = _hostport(args.bootstrap)
         if args.cluster_command == "describe":
             lines = trio.run(describe, host, port, args.topic)
@@ -101,7 +115,7 @@ async def _broker_fanout(conn: PeerConnection, node: int) -> int | None:
 
 
 async def describe(host: str, port: int, topic: str | None = None) -> list[str]:
-    conn = PeerConnection(host, port, "canopy-admin")
+    conn = PeerConnection(host, port, "canopy-admin", security=_security)
     try:
         md = await _metadata(conn, topic)
         cluster = await conn.request(DESCRIBE_CLUSTER, 0, {"include_cluster_authorized_operations": False},
@@ -157,7 +171,7 @@ async def _store_view(conn, host, port, brokers) -> dict[str, str]:
 async def _default_fanout(conn, host, port, brokers, controller) -> int | None:
     b = brokers.get(controller)
     if b is not None and (b["host"], b["port"]) != (host, port):
-        other = PeerConnection(b["host"], b["port"], "canopy-admin")
+        other = PeerConnection(b["host"], b["port"], "canopy-admin", security=_security)
         try:
             return await _broker_fanout(other, controller)
         except PeerError:
@@ -169,7 +183,7 @@ async def _default_fanout(conn, host, port, brokers, controller) -> int | None:
 
 
 async def promote(host: str, port: int, topic: str, partition: int, node: int, force: bool = False) -> list[str]:
-    conn = PeerConnection(host, port, "canopy-admin")
+    conn = PeerConnection(host, port, "canopy-admin", security=_security)
     try:
         md = await _metadata(conn, topic)
         t = md["topics"][0] if md["topics"] else None

@@ -60,14 +60,40 @@ def add_parser(sub) -> None:
                                                            "directly (broker stopped)")
         g.add_argument("--metadata-store", dest="metadata_store",
                        help="write etcd directly: etcd://HOST:PORT[,HOST:PORT...]")
-        p.add_argument("--security-protocol", dest="security_protocol", choices=PROTOCOLS, default="PLAINTEXT",
-                       help="of the --bootstrap listener (default PLAINTEXT)")
-        p.add_argument("--sasl-mechanism", dest="sasl_mechanism", default="SCRAM-SHA-512",
-                       choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
-        p.add_argument("--sasl-username", dest="sasl_username", default="")
-        p.add_argument("--sasl-password-file", dest="sasl_password_file",
-                       help="file whose first line is the --sasl-username's password")
-        p.add_argument("--ssl-cafile", dest="ssl_cafile", help="PEM CA certificates to verify the broker with")
+        add_client_security_args(p)
+
+
+def add_client_security_args(p) -> None:
+    """How a CLI command logs in to the --bootstrap listener (also `canopy cluster`)."""
+    p.add_argument("--security-protocol", dest="security_protocol", choices=PROTOCOLS, default="PLAINTEXT",
+                   help="of the --bootstrap listener (default PLAINTEXT)")
+    p.add_argument("--sasl-mechanism", dest="sasl_mechanism", default="SCRAM-SHA-512",
+                   choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+    p.add_argument("--sasl-username", dest="sasl_username", default="")
+    p.add_argument("--sasl-password-file", dest="sasl_password_file",
+                   help="file whose first line is the --sasl-username's password")
+    p.add_argument("--ssl-cafile", dest="ssl_cafile", help="PEM CA certificates to verify the broker with")
+
+
+def client_security(args) -> ClientSecurity:
+    """The ClientSecurity the options above describe; ValueError is a one-line error."""
+    proto = args.security_protocol
+    ctx = None
+    if proto in ("SSL", "SASL_SSL"):
+        try:
+            ctx = client_ssl_context(args.ssl_cafile)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"--ssl-cafile {args.ssl_cafile}: {e}") from None
+    password = ""
+    if proto.startswith("SASL"):
+        if not args.sasl_username or not args.sasl_password_file:
+            raise ValueError(f"--security-protocol {proto} needs --sasl-username and --sasl-password-file")
+        try:
+            password = _read_first_line(args.sasl_password_file, "--sasl-password-file")
+        except UsersError as e:
+            raise ValueError(str(e)) from None
+    return ClientSecurity(proto, ctx, sasl_mechanism=args.sasl_mechanism, sasl_username=args.sasl_username,
+                          sasl_password=password)
 
 
 def run(args) -> int:
@@ -229,20 +255,10 @@ async def _etcd_store(args) -> list[str]:
 # -- through a broker -------------------------------------------------------------------------
 
 def _security(args) -> ClientSecurity:
-    proto = args.security_protocol
-    ctx = None
-    if proto in ("SSL", "SASL_SSL"):
-        try:
-            ctx = client_ssl_context(args.ssl_cafile)
-        except (OSError, ValueError) as e:
-            raise UsersError(f"--ssl-cafile {args.ssl_cafile}: {e}") from None
-    password = ""
-    if proto.startswith("SASL"):
-        if not args.sasl_username or not args.sasl_password_file:
-            raise UsersError(f"--security-protocol {proto} needs --sasl-username and --sasl-password-file")
-        password = _read_first_line(args.sasl_password_file, "--sasl-password-file")
-    return ClientSecurity(proto, ctx, sasl_mechanism=args.sasl_mechanism, sasl_username=args.sasl_username,
-                          sasl_password=password)
+    try:
+        return client_security(args)
+    except ValueError as e:
+        raise UsersError(str(e)) from None
 
 
 async def _broker(args) -> list[str]:

@@ -105,6 +105,21 @@ def test_replication_tree_over_sasl_ssl(tmp_path, etcd_cluster):
                               sasl_plain_password="carol-pw", acks="all")
             assert p.send("secure", b"carol-%d" % n).get(30).offset >= N
             p.close()
+        # `canopy cluster describe` logs in to the SASL_SSL listener too (and dials the
+        # controller over it for its fan-out).
+        pw = tmp_path / "broker.pw"
+        pw.write_text(BROKER_PASSWORD + "\n")
+        internal1 = "%s:%d" % brokers[1].addresses[0]
+        r = subprocess.run([str(CANOPY), "cluster", "describe", "--bootstrap", internal1, "--security-protocol",
+                            "SASL_SSL", "--sasl-username", "broker", "--sasl-password-file", str(pw),
+                            "--ssl-cafile", str(ca_pem)], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        for n, b in brokers.items():
+            assert "  %d  %s:%d  rack=-" % (n, *b.addresses[0]) in r.stdout, r.stdout
+        assert "topic secure  partitions 1  fanout 1" in r.stdout, r.stdout
+        r = subprocess.run([str(CANOPY), "cluster", "describe", "--bootstrap", internal1], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr   # plaintext on SASL_SSL
         for b in brokers.values():
             assert b.proc.poll() is None
             assert "Traceback" not in b.log_path.read_text(errors="replace")

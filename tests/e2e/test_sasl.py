@@ -415,3 +415,37 @@ def test_bad_sasl_options_are_one_line(tmp_path):
     _one_line_error(_run(cluster), "set inter-broker-sasl-username and inter-broker-sasl-password")
     _one_line_error(_run([*cluster, "--inter-broker-sasl-username", "b", "--inter-broker-sasl-password", "p",
                           "--sasl-enabled-mechanisms", "PLAIN"]), "is not in sasl-enabled-mechanisms")
+
+
+def test_confluent_admin_client_manages_scram_users(sb, certs):
+    """KIP-554 through a real client's AdminClient (librdkafka): the salted password it
+    computes becomes a credential the broker accepts; describe lists mechanisms and
+    iterations; per-user errors come back as Kafka's."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
+                                       UserScramCredentialDeletion, UserScramCredentialUpsertion)
+    admin = AdminClient({"bootstrap.servers": sb.plain})
+    futs = admin.alter_user_scram_credentials([
+        UserScramCredentialUpsertion("dora", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"dora-pw"),
+        UserScramCredentialUpsertion("dora", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 5000), b"dora-pw")])
+    for f in futs.values():
+        f.result(30)
+    desc = admin.describe_user_scram_credentials(["dora"])["dora"].result(30)
+    assert sorted((i.mechanism, i.iterations) for i in desc.scram_credential_infos) == [
+        (ScramMechanism.SCRAM_SHA_256, 4096), (ScramMechanism.SCRAM_SHA_512, 5000)]
+    for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"):
+        p = KafkaProducer(**kp_conf(sb, certs, mech, user="dora", password="dora-pw"))
+        assert p.send("dora-topic", b"x").get(30).offset >= 0
+        p.close()
+    with pytest.raises(KafkaException) as e:
+        admin.describe_user_scram_credentials(["nobody"])["nobody"].result(30)
+    assert e.value.args[0].code() == ErrorCode.RESOURCE_NOT_FOUND
+    with pytest.raises(KafkaException) as e:
+        admin.alter_user_scram_credentials([UserScramCredentialDeletion("nobody", ScramMechanism.SCRAM_SHA_256)]
+                                           )["nobody"].result(30)
+    assert e.value.args[0].code() == ErrorCode.RESOURCE_NOT_FOUND
+    admin.alter_user_scram_credentials([UserScramCredentialDeletion("dora", ScramMechanism.SCRAM_SHA_256),
+                                        UserScramCredentialDeletion("dora", ScramMechanism.SCRAM_SHA_512)]
+                                       )["dora"].result(30)
+    with pytest.raises(KafkaException):
+        admin.describe_user_scram_credentials(["dora"])["dora"].result(30)

@@ -55,3 +55,31 @@ def test_refusals(kw, needle):
 def test_parsers_keep_order_and_upper_case_names():
     assert list(parse_endpoints("b://h:1,a://h:2", "listeners")) == ["B", "A"]
     assert parse_protocol_map("x:sasl_ssl") == {"X": "SASL_SSL"}
+
+
+def test_sasl_listeners_resolve_with_their_protocols():
+    lc = resolve(listeners="SASL_PLAINTEXT://:1,SASL_SSL://:2,CLIENT://:3",
+                 protocol_map="SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,CLIENT:PLAINTEXT",
+                 inter_broker_listener_name="SASL_SSL")
+    assert [(x.name, x.security_protocol) for x in lc.listeners] == [
+        ("SASL_PLAINTEXT", "SASL_PLAINTEXT"), ("SASL_SSL", "SASL_SSL"), ("CLIENT", "PLAINTEXT")]
+    assert lc.inter_broker == "SASL_SSL"
+
+
+def test_inter_broker_client_security_follows_the_inter_broker_listener(tmp_path):
+    from broker.config import BrokerConfig, ConfigError
+    base = dict(data_dir=tmp_path, listeners="A://127.0.0.1:1,B://127.0.0.1:2", inter_broker_listener_name="A",
+                metadata_store="etcd://127.0.0.1:2379")
+    assert BrokerConfig(**base, listener_security_protocol_map="A:PLAINTEXT,B:SASL_PLAINTEXT").validate() \
+        .inter_broker_security.protocol == "PLAINTEXT"
+    sec = BrokerConfig(**base, listener_security_protocol_map="A:SASL_PLAINTEXT,B:PLAINTEXT",
+                       inter_broker_sasl_username="broker", inter_broker_sasl_password="pw",
+                       sasl_mechanism_inter_broker_protocol="scram-sha-256").validate().inter_broker_security
+    assert (sec.protocol, sec.sasl_mechanism, sec.sasl_username, sec.uses_tls) == \
+        ("SASL_PLAINTEXT", "SCRAM-SHA-256", "broker", False)
+    with pytest.raises(ConfigError, match="inter-broker-sasl-username"):
+        BrokerConfig(**base, listener_security_protocol_map="A:SASL_PLAINTEXT,B:PLAINTEXT").validate()
+    with pytest.raises(ConfigError, match="unsupported mechanism 'GSSAPI'"):
+        BrokerConfig(**base, listener_security_protocol_map="A:SASL_PLAINTEXT,B:PLAINTEXT",
+                     inter_broker_sasl_username="b", inter_broker_sasl_password="p",
+                     sasl_mechanism_inter_broker_protocol="GSSAPI").validate()
