@@ -481,7 +481,9 @@ def w4(broker: Broker, cfg: dict, bar: Progress) -> dict:
 # dropped before each restart where the bench may write /proc/sys/vm/drop_caches (root).
 
 W5_RECORD = 1024
-W5_T0 = 1_600_000_000_000   # record i of the fill carries timestamp W5_T0 + i (ms)
+# Record i of the fill carries timestamp t0 + i ms, t0 four hours back (10 GiB of 1 KiB
+# records span 2.9 h): recent enough that retention (7 days) deletes nothing meanwhile.
+W5_BACK_MS = 4 * 3600 * 1000
 
 
 def _w5_value(partition: int, j: int) -> bytes:
@@ -500,7 +502,7 @@ def drop_caches() -> bool:
         return False
 
 
-def _w5_fill(b: Broker, topic: str, parts: int, total_bytes: int, bar: Progress) -> int:
+def _w5_fill(b: Broker, topic: str, parts: int, total_bytes: int, t0_ms: int, bar: Progress) -> int:
     """Produce ~total_bytes round-robin over the partitions; returns records per partition."""
     n = total_bytes // W5_RECORD // parts * parts
     errors: list = []
@@ -517,7 +519,7 @@ def _w5_fill(b: Broker, topic: str, parts: int, total_bytes: int, bar: Progress)
         v[8:16] = struct.pack(">q", j)
         while True:
             try:
-                p.produce(topic, bytes(v), partition=part, timestamp=W5_T0 + i)
+                p.produce(topic, bytes(v), partition=part, timestamp=t0_ms + i)
                 break
             except BufferError:
                 p.poll(0.05)
@@ -529,14 +531,14 @@ def _w5_fill(b: Broker, topic: str, parts: int, total_bytes: int, bar: Progress)
     return n // parts
 
 
-def _w5_first_answer(b: Broker, topic: str, parts: int, per_part: int, t0: float) -> dict:
+def _w5_first_answer(b: Broker, topic: str, parts: int, per_part: int, t0_ms: int, t0: float) -> dict:
     """Seconds from spawn to the first correct answers for the last partition: the offset
     of a timestamp 90 % into its log (ListOffsets), then the record there (Fetch)."""
     part = parts - 1
     j = per_part * 9 // 10
-    ts = W5_T0 + j * parts + part
+    ts = t0_ms + j * parts + part
     c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": f"w5-{uuid.uuid4().hex[:6]}",
-                  "enable.auto.commit": False, "reconnect.backoff.ms": 10,
+                  "enable.auto.commit": False, "reconnect.backoff.ms": 10, "auto.offset.reset": "error",
                   "reconnect.backoff.max.ms": 50, "fetch.wait.max.ms": 10})
     try:
         deadline = time.monotonic() + 300
@@ -568,7 +570,7 @@ def _w5_first_answer(b: Broker, topic: str, parts: int, per_part: int, t0: float
 def _w5_verify(b: Broker, topic: str, parts: int, per_part: int, bar: Progress) -> None:
     """Read every record of every partition back and compare it with what was produced."""
     c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": f"w5-{uuid.uuid4().hex[:6]}",
-                  "enable.auto.commit": False, "fetch.max.bytes": 52428800,
+                  "enable.auto.commit": False, "fetch.max.bytes": 52428800, "auto.offset.reset": "error",
                   "max.partition.fetch.bytes": 10485760})
     try:
         c.assign([TopicPartition(topic, p, 0) for p in range(parts)])
@@ -602,14 +604,15 @@ def _w5_kill(b: Broker) -> None:
     b._logf.close()
 
 
-def _w5_restart(tmp: str, log, topic: str, parts: int, per_part: int, cold: bool) -> tuple[dict, Broker]:
+def _w5_restart(tmp: str, log, topic: str, parts: int, per_part: int, t0_ms: int,
+                cold: bool) -> tuple[dict, Broker]:
     import brokers
     dropped = drop_caches() if cold else False
     t0 = time.perf_counter()
     b = brokers.canopy(tmp, log)
     out = {"listening_seconds": round(time.perf_counter() - t0, 3), "cache_dropped": dropped}
     try:
-        out.update(_w5_first_answer(b, topic, parts, per_part, t0))
+        out.update(_w5_first_answer(b, topic, parts, per_part, t0_ms, t0))
     except BaseException:
         b.stop()
         raise
@@ -624,7 +627,8 @@ def w5_one(cfg: dict, tmp: str, log, bar: Progress, total_bytes: int) -> dict:
     try:
         make_topic(b, topic, parts)
         t = time.perf_counter()
-        per_part = _w5_fill(b, topic, parts, total_bytes, bar)
+        t0_ms = int(time.time() * 1000) - W5_BACK_MS
+        per_part = _w5_fill(b, topic, parts, total_bytes, t0_ms, bar)
         fill_s = time.perf_counter() - t
     finally:
         b.stop()   # clean: snapshots at the log end
@@ -632,7 +636,7 @@ def w5_one(cfg: dict, tmp: str, log, bar: Progress, total_bytes: int) -> dict:
     out = {"log_bytes": log_bytes, "records_per_partition": per_part,
            "fill_mb_per_s": round(per_part * parts * W5_RECORD / fill_s / 1e6, 1)}
     bar.step(0, f"W5 {total_bytes >> 30} GiB: clean restart")
-    out["clean"], b = _w5_restart(tmp, log, topic, parts, per_part, cold=True)
+    out["clean"], b = _w5_restart(tmp, log, topic, parts, per_part, t0_ms, cold=True)
     try:
         out["peak_rss_mb"] = b.rss()
         # every record, read back through the broker (the fill landed where it loads from)
@@ -647,14 +651,14 @@ def w5_one(cfg: dict, tmp: str, log, bar: Progress, total_bytes: int) -> dict:
     finally:
         _w5_kill(b)
     bar.step(0, f"W5 {total_bytes >> 30} GiB: restart after SIGKILL")
-    out["after_kill"], b = _w5_restart(tmp, log, topic, parts, per_part, cold=True)
+    out["after_kill"], b = _w5_restart(tmp, log, topic, parts, per_part, t0_ms, cold=True)
     b.stop()
     removed = 0
     for f in (Path(tmp) / "topics" / topic).rglob("*.snapshot"):
         f.unlink()
         removed += 1
     bar.step(0, f"W5 {total_bytes >> 30} GiB: restart without snapshots")
-    out["no_snapshots"], b = _w5_restart(tmp, log, topic, parts, per_part, cold=True)
+    out["no_snapshots"], b = _w5_restart(tmp, log, topic, parts, per_part, t0_ms, cold=True)
     out["no_snapshots"]["snapshots_removed"] = removed
     b.stop()
     return out

@@ -10,6 +10,7 @@ as directory names.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import os
@@ -36,6 +37,10 @@ from .producer_state import (
 )
 
 log = logging.getLogger("canopy.topics")
+
+# Writes every partition's producer-state snapshots, one at a time in submission order,
+# off the event loop (see Partition.write_snapshot).
+_SNAPSHOT_WRITER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot-writer")
 
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
@@ -83,6 +88,7 @@ class Partition:
         # only after the whole append: their snapshots wait until the state reaches them.
         self._replicating = False
         self._pending_snapshots: list[int] = []
+        self._snapshot_job: concurrent.futures.Future | None = None
         self._load_state()
         log_.on_roll = self._on_roll
         # Long-polling fetches park an Event here; an append or a high-watermark move sets
@@ -169,22 +175,49 @@ class Partition:
             self.producers, self.epochs = producers, epochs
             return
 
-    def write_snapshot(self, offset: int | None = None) -> None:
+    def write_snapshot(self, offset: int | None = None, *, wait: bool = False) -> None:
         """Snapshot the producer state and epoch cache as they stand, covering every batch
-        below ``offset`` (default: the log end). Durable (temp file, fsync, rename,
-        directory fsync). Snapshots below the log start offset are dropped: a restart
-        never needs them."""
+        below ``offset`` (default: the log end). The bytes are taken now; the durable
+        write (temp file, fsync, rename, directory fsync) runs on the snapshot writer
+        thread unless ``wait``: a roll happens inside a Produce, on the event loop, where
+        two fsyncs would stall every connection (Kafka also flushes these asynchronously).
+        Snapshots below the log start offset are dropped: a restart never needs them."""
         if offset is None:
             offset = self.log.log_end_offset
-        try:
-            replace_durably(snapshot_path(self.log.directory, offset),
-                            encode_snapshot(offset, self.producers, self.epochs.entries))
-            start = self.log.log_start_offset
-            delete_snapshots(self.log.directory, lambda off: off >= start)
-        except OSError as e:
-            # Only restart time depends on it: the next start replays from an older one.
-            log.warning("could not write producer-state snapshot of %s-%d at %d: %s",
-                        self.topic.name, self.index, offset, e)
+        directory = self.log.directory
+        path = snapshot_path(directory, offset)
+        data = encode_snapshot(offset, self.producers, self.epochs.entries)
+        start = self.log.log_start_offset
+        name = f"{self.topic.name}-{self.index}"
+
+        lg = self.log
+
+        def write() -> None:
+            if (lg._closed and not wait) or not directory.exists():
+                return   # the topic was deleted meanwhile (its name may be reused)
+            try:
+                replace_durably(path, data)
+                delete_snapshots(directory, lambda off: off >= start)
+            except OSError as e:
+                # Only restart time depends on it: the next start replays from an older one.
+                log.warning("could not write producer-state snapshot of %s at %d: %s", name, offset, e)
+
+        if wait:
+            write()
+        else:
+            self._snapshot_job = _SNAPSHOT_WRITER.submit(write)
+
+    def _wait_snapshot_written(self) -> None:
+        job, self._snapshot_job = self._snapshot_job, None
+        if job is not None:
+            concurrent.futures.wait([job])
+
+    async def _snapshots_settled(self) -> None:
+        """Before snapshots are deleted or chosen: the one being written lands first (else
+        it could reappear after a truncation deleted everything above the new end)."""
+        job = self._snapshot_job
+        if job is not None and not job.done():
+            await trio.to_thread.run_sync(concurrent.futures.wait, [job])
 
     def _on_roll(self, base_offset: int) -> None:
         if self._replicating:
@@ -196,9 +229,10 @@ class Partition:
 
     def close(self) -> None:
         """Clean shutdown: flush the log, then snapshot at its (now durable) end."""
+        self._wait_snapshot_written()
         self.log.close()
         if not self.log.offline:
-            self.write_snapshot()
+            self.write_snapshot(wait=True)
 
     # -- roles --------------------------------------------------------------------
     @property
@@ -333,15 +367,17 @@ class Partition:
             return
         log.warning("truncating %s-%d from %d to %d (divergent tail)", self.topic.name, self.index,
                     self.log.log_end_offset, offset)
+        await self._snapshots_settled()
         self.log.truncate_to(offset)
         self._hw = min(self._hw, self.log.log_end_offset)
         # Snapshots past the new end describe batches that are gone: _restore_snapshot
         # deletes them and rebuilds from an older one plus the headers after it.
         await self._reload_state()
 
-    def truncate_fully_and_start_at(self, offset: int) -> None:
+    async def truncate_fully_and_start_at(self, offset: int) -> None:
         """The whole log lies below the upstream's log start: it restarts empty at
         ``offset``, with no producer state and no snapshot (Kafka's truncateFullyAndStartAt)."""
+        await self._snapshots_settled()
         self.log.truncate_fully_and_start_at(offset)
         delete_snapshots(self.log.directory, lambda off: False)
         self.producers, self.epochs = ProducerStateTable(), EpochCache()

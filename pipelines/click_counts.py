@@ -35,12 +35,19 @@ def spark_session(app: str = "canopy-click-counts", master: str = "local[2]"):
                 break
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # Spark binds its driver to the address the host name resolves to, or warns that it
+    # "resolves to a loopback address" and picks the first external interface. A local
+    # session has no reason to listen beyond loopback (and tests may talk only to
+    # 127.0.0.0/8): pin the driver there.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     import canopy_spark
 
     spark = (SparkSession.builder.master(master).appName(app)
              .config("spark.ui.enabled", "false")
+             .config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1")
              .config("spark.sql.shuffle.partitions", "2")
              .config("spark.sql.session.timeZone", "UTC")
              .config("spark.driver.memory", "1g")

@@ -9,8 +9,9 @@ Fetch also carries the epoch of its last batch (last_fetched_epoch); an upstream
 log diverged from ours answers diverging_epoch (KIP-320/595) and we truncate before
 appending, so a tail survives at no tier of the tree.
 
-The partitions are duck-typed (``log``, ``append_replicated``, ``truncate_to`` (async:
-it may replay producer state in a worker thread), ``truncate_fully_and_start_at``,
+The partitions are duck-typed (``log``, ``append_replicated``, ``truncate_to`` and
+``truncate_fully_and_start_at`` (async: they wait for a snapshot being written and may
+replay producer state in a worker thread),
 ``set_follower_high_watermark``, ``latest_epoch``, ``truncation_point``,
 ``needs_truncation``, ``leader_epoch``), so this module does not depend on broker/.
 """
@@ -135,7 +136,7 @@ class UpstreamFetcher:
             if p.log.log_end_offset < r["log_start_offset"]:
                 # Everything we have is below the upstream's log start (retention or
                 # DeleteRecords ran there): start over at its log start.
-                p.truncate_fully_and_start_at(r["log_start_offset"])
+                await p.truncate_fully_and_start_at(r["log_start_offset"])
             else:
                 p.needs_truncation = True   # our log is longer than the upstream's: diverged
             return

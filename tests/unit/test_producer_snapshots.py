@@ -105,6 +105,7 @@ def _fill(p: Partition, batches: int = 20):
         seqs[pid] += 3
         if i == 10:
             p.set_assignment([p.node_id], 1, 1)   # a new leader epoch mid-log
+    p._wait_snapshot_written()   # written by the snapshot writer thread
     return seqs
 
 
@@ -185,6 +186,7 @@ def test_replicated_appends_snapshot_at_their_rolls(tmp_path):
     follower.set_assignment([7, follower.node_id], 1, 1)
     data = leader.log.read(0, 1 << 30).read_bytes()
     follower.append_replicated(data)   # one append, several rolls inside it
+    follower._wait_snapshot_written()
     assert _state(follower) == _state(leader)
     for s in list_snapshots(follower.log.directory):
         _, t, e = decode_snapshot(snapshot_path(follower.log.directory, s).read_bytes())
