@@ -6,7 +6,6 @@ kafka-python; exact error codes are read with a raw client over TLS.
 """
 from __future__ import annotations
 
-import os
 import ssl
 import subprocess
 import time
@@ -25,9 +24,9 @@ from kafka.errors import ClusterAuthorizationFailedError
 from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
 
-from .conftest import ROOT, free_port, require_tool
+from .conftest import ROOT, free_port
 from .rawclient import RawClient
-from .test_java_client import JARS, KAFKA_VERSIONS
+from .test_java_client import KAFKA_VERSIONS, compile_java
 from .test_listeners import ListenersBroker
 
 ORG = "OU=acl,O=Canopy Tests"
@@ -347,17 +346,7 @@ JAVA_SOURCE = ROOT / "tests" / "java" / "AclAdmin.java"
 
 @pytest.fixture(scope="session", params=KAFKA_VERSIONS, ids=lambda v: f"kafka-clients-{v}")
 def acl_admin_java(request, tmp_path_factory):
-    version = request.param
-    require_tool("java", "runs the Java Kafka client")
-    javac = require_tool("javac", "compiles tests/java/AclAdmin.java")
-    jar_dir = JARS / f"kafka-{version}"
-    require_tool(jar_dir / "VERSION", f"kafka-clients {version} jars from `make jars`")
-    classes = tmp_path_factory.mktemp(f"acl-admin-{version}")
-    p = subprocess.run([javac, "-d", str(classes), "-cp", str(jar_dir / "*"), str(JAVA_SOURCE)],
-                       capture_output=True, text=True, timeout=300)
-    if p.returncode != 0:
-        pytest.fail(f"javac against kafka-clients {version} failed:\n{p.stdout}{p.stderr}")
-    return f"{classes}{os.pathsep}{jar_dir / '*'}"
+    return compile_java(JAVA_SOURCE, request.param, tmp_path_factory)[1]
 
 
 def test_java_admin_client_manages_acls(acl_admin_java, certs, acl_broker, tmp_path):

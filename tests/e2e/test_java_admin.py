@@ -8,14 +8,12 @@ OffsetDelete, ElectionNotNeededException for a preferred election on one broker.
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import uuid
 
 import pytest
 
-from tests.e2e.conftest import require_tool
-from tests.e2e.test_java_client import JARS, KAFKA_VERSIONS, ROOT, _no_slf4j, _tail
+from tests.e2e.test_java_client import KAFKA_VERSIONS, ROOT, _no_slf4j, _tail, compile_java
 
 SOURCE = ROOT / "tests" / "java" / "AdminCalls.java"
 
@@ -24,17 +22,7 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture(scope="module", params=KAFKA_VERSIONS, ids=lambda v: f"kafka-clients-{v}")
 def admin_calls(request, tmp_path_factory) -> str:
-    version = request.param
-    require_tool("java", "runs the Java Kafka client")
-    javac = require_tool("javac", "compiles tests/java/AdminCalls.java")
-    jar_dir = JARS / f"kafka-{version}"
-    require_tool(jar_dir / "VERSION", f"kafka-clients {version} jars from `make jars`")
-    classes = tmp_path_factory.mktemp(f"java-admin-{version}")
-    p = subprocess.run([javac, "-d", str(classes), "-cp", str(jar_dir / "*"), str(SOURCE)],
-                       capture_output=True, text=True, timeout=300)
-    if p.returncode != 0:
-        pytest.fail(f"javac against kafka-clients {version} failed:\n{p.stdout}{p.stderr}")
-    return f"{classes}{os.pathsep}{jar_dir / '*'}"
+    return compile_java(SOURCE, request.param, tmp_path_factory)[1]
 
 
 def _steps(stdout: str) -> dict[str, dict[str, str]]:

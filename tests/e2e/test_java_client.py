@@ -26,6 +26,22 @@ JARS = Path(os.environ.get("CANOPY_JARS", ROOT / ".cache" / "jars"))
 SOURCE = ROOT / "tests" / "java" / "SparkLikeClient.java"
 KAFKA_VERSIONS = ["3.9.1", "4.3.0"]
 
+
+def compile_java(source: Path, version: str, tmp_path_factory) -> tuple[Path, str]:
+    """Compile one of tests/java/*.java against a kafka-clients version (jars from `make
+    jars`); returns (classes directory, classpath to run it with)."""
+    require_tool("java", "runs the Java Kafka client")
+    javac = require_tool("javac", f"compiles tests/java/{source.name}")
+    jar_dir = JARS / f"kafka-{version}"
+    require_tool(jar_dir / "VERSION", f"kafka-clients {version} jars from `make jars`")
+    classes = tmp_path_factory.mktemp(f"{source.stem}-{version}")
+    jars_cp = str(jar_dir / "*")
+    p = subprocess.run([javac, "-d", str(classes), "-cp", jars_cp, str(source)],
+                       capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        pytest.fail(f"javac of {source.name} against kafka-clients {version} failed:\n{p.stdout}{p.stderr}")
+    return classes, f"{classes}{os.pathsep}{jars_cp}"
+
 N = 5000
 TS_STEP = 10  # ms between the CreateTimes of consecutive records
 JAVA_TIMEOUT = 120  # s per subprocess; the client's own api timeouts are 60 s
@@ -84,17 +100,8 @@ def _broker_log(broker) -> str:
 def java(request, tmp_path_factory) -> JavaClient:
     """SparkLikeClient compiled against one kafka-clients version, once per session."""
     version = request.param
-    require_tool("java", "runs the Java Kafka client")
-    javac = require_tool("javac", "compiles tests/java/SparkLikeClient.java")
-    jar_dir = JARS / f"kafka-{version}"
-    require_tool(jar_dir / "VERSION", f"kafka-clients {version} jars from `make jars`")
-    classes = tmp_path_factory.mktemp(f"java-kafka-{version}")
-    jars_cp = str(jar_dir / "*")
-    p = subprocess.run([javac, "-d", str(classes), "-cp", jars_cp, str(SOURCE)],
-                       capture_output=True, text=True, timeout=300)
-    if p.returncode != 0:
-        pytest.fail(f"javac against kafka-clients {version} failed:\n{p.stdout}{p.stderr}")
-    return JavaClient(version, classes, f"{classes}{os.pathsep}{jars_cp}")
+    classes, classpath = compile_java(SOURCE, version, tmp_path_factory)
+    return JavaClient(version, classes, classpath)
 
 
 # ---------------------------------------------------------------- expected data
