@@ -606,6 +606,65 @@ def iter_records(batch, pos: int = 0) -> Iterator[Record]:
         yield Record(h.base_offset + offset_delta, ts, key, value, headers)
 
 
+class RecordSpan(NamedTuple):
+    """One record of a decompressed records section, located but not copied: the
+    cleaner keeps a record by copying ``body[start:end]`` verbatim (its offset and
+    timestamp deltas stay relative to the batch's baseOffset and firstTimestamp)."""
+    offset_delta: int
+    timestamp_delta: int
+    key: bytes | None
+    tombstone: bool      # null value
+    start: int
+    end: int
+
+
+def batch_records_section(buf, pos: int = 0) -> tuple[BatchHeader, memoryview | bytes]:
+    """The header of the batch at ``pos`` and its records section, decompressed."""
+    return _batch_body(buf, pos)
+
+
+def record_spans(h: BatchHeader, body) -> list[RecordSpan]:
+    """Every record of a records section (see batch_records_section), with its key,
+    whether its value is null, and its byte range in ``body``."""
+    out = []
+    p = 0
+    n_body = len(body)
+    for _ in range(h.records_count):
+        start = p
+        length, p = _read_varint(body, p)
+        rec_end = p + length
+        if length < 6 or rec_end > n_body:
+            raise InvalidRecordBatch("record overruns the batch", CORRUPT_MESSAGE)
+        p += 1  # record attributes
+        ts_delta, p = _read_varint(body, p)
+        offset_delta, p = _read_varint(body, p)
+        key, p = _read_bytes(body, p)
+        value_len, p = _read_varint(body, p)
+        out.append(RecordSpan(offset_delta, ts_delta, key, value_len < 0, start, rec_end))
+        p = rec_end
+    return out
+
+
+def rebuild_batch(h: BatchHeader, records_section: bytes, records_count: int,
+                  max_timestamp: int, *, xerial_snappy: bool = True) -> bytes:
+    """A batch like ``h`` (same baseOffset, lastOffsetDelta, firstTimestamp, producer
+    fields, attributes and codec) holding ``records_count`` records whose uncompressed
+    bytes are ``records_section``; new batchLength, maxTimestamp and CRC. Keeping
+    lastOffsetDelta is what Kafka's cleaner does for v2 batches: the batch still spans
+    the producer's sequence range, so an idempotent producer's next batch follows on."""
+    body = records_section
+    if h.compression != CODEC_NONE:
+        body = compress(h.compression, bytes(body), xerial=xerial_snappy)
+    buf = bytearray(BATCH_HEADER_SIZE + len(body))
+    HEADER_STRUCT.pack_into(
+        buf, 0, h.base_offset, len(buf) - LOG_OVERHEAD, h.partition_leader_epoch, MAGIC_V2, 0,
+        h.attributes, h.last_offset_delta, h.base_timestamp, max_timestamp, h.producer_id,
+        h.producer_epoch, h.base_sequence, records_count)
+    buf[BATCH_HEADER_SIZE:] = body
+    _UINT32.pack_into(buf, CRC_OFFSET, compute_crc(buf, 0, len(buf)))
+    return bytes(buf)
+
+
 def _encode_record(out: bytearray, offset_delta: int, ts_delta: int, key, value,
                    headers: Iterable) -> None:
     body = bytearray(b"\x00")  # attributes
