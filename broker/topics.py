@@ -56,7 +56,15 @@ TOPIC_CONFIG_KEYS = {
     "replication.fanout": None,   # canopy: children per replica in this topic's trees
     # an out-of-sync replica may lead when no ISR member is alive (acknowledged data may go)
     "unclean.leader.election.enable": None,
+    # -- compaction (storage/cleaner.py) --
+    "min.cleanable.dirty.ratio": None,
+    "min.compaction.lag.ms": None,
+    "max.compaction.lag.ms": None,
+    "delete.retention.ms": None,
+    # -- end compaction --
 }
+# cleanup.policy values: Kafka's list of delete and/or compact.
+CLEANUP_POLICIES = ("delete", "compact", "compact,delete", "delete,compact")
 
 
 class TopicError(Exception):
@@ -364,6 +372,11 @@ class TopicRegistry:
             "min.insync.replicas": str(self.config.min_insync_replicas),
             "unclean.leader.election.enable": str(self.config.unclean_leader_election_enable).lower(),
             "compression.type": "producer",
+            # -- compaction (storage/cleaner.py): Kafka's defaults --
+            "min.cleanable.dirty.ratio": "0.5",
+            "min.compaction.lag.ms": "0",
+            "max.compaction.lag.ms": str((1 << 63) - 1),
+            "delete.retention.ms": str(24 * 3600 * 1000),
         }
         out = {k: (v, True) for k, v in defaults.items()}
         for k, v in topic.configs.items():
@@ -382,8 +395,25 @@ class TopicRegistry:
                     raise TopicError(ErrorCode.INVALID_CONFIG,
                                      "message.timestamp.type must be CreateTime or LogAppendTime")
             elif key == "cleanup.policy":
-                if value != "delete":
-                    raise TopicError(ErrorCode.INVALID_CONFIG, "only cleanup.policy=delete is supported")
+                if value.replace(" ", "") not in CLEANUP_POLICIES:
+                    raise TopicError(ErrorCode.INVALID_CONFIG,
+                                     "cleanup.policy must be delete, compact or compact,delete")
+            # -- compaction (storage/cleaner.py) --
+            elif key == "min.cleanable.dirty.ratio":
+                try:
+                    ratio = float(value)
+                except ValueError:
+                    ratio = -1.0
+                if not 0.0 <= ratio <= 1.0:
+                    raise TopicError(ErrorCode.INVALID_CONFIG, "min.cleanable.dirty.ratio must be in [0, 1]")
+            elif key in ("min.compaction.lag.ms", "max.compaction.lag.ms", "delete.retention.ms"):
+                try:
+                    n = int(value)
+                except ValueError:
+                    raise TopicError(ErrorCode.INVALID_CONFIG, f"config {key!r} must be an integer") from None
+                if n < 0 or (key == "max.compaction.lag.ms" and n < 1):
+                    raise TopicError(ErrorCode.INVALID_CONFIG, f"config {key!r} is out of range")
+            # -- end compaction --
             elif key == "unclean.leader.election.enable":
                 if value.lower() not in ("true", "false"):
                     raise TopicError(ErrorCode.INVALID_CONFIG, "unclean.leader.election.enable must be true or false")

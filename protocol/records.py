@@ -100,6 +100,9 @@ COMPRESSION_CODEC_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08
 TRANSACTIONAL_MASK = 0x10
 CONTROL_MASK = 0x20
+# KIP-534: the log cleaner set a delete horizon; firstTimestamp holds it (the records'
+# timestamp deltas are relative to it, so their timestamps are unchanged).
+DELETE_HORIZON_MASK = 0x40
 
 CREATE_TIME = 0
 LOG_APPEND_TIME = 1
@@ -645,8 +648,25 @@ def record_spans(h: BatchHeader, body) -> list[RecordSpan]:
     return out
 
 
+def rebase_record_timestamp(body, span: RecordSpan, delta_change: int) -> bytes:
+    """The record at ``span`` of ``body`` with ``delta_change`` subtracted from its
+    timestampDelta (the batch's firstTimestamp moved up by that much: the record's own
+    timestamp stays the same)."""
+    _, p = _read_varint(body, span.start)       # record length
+    attributes = body[p]
+    _, q = _read_varint(body, p + 1)           # old timestampDelta
+    rec = bytearray((attributes,))
+    _write_varint(rec, span.timestamp_delta - delta_change)
+    rec += body[q:span.end]
+    out = bytearray()
+    _write_varint(out, len(rec))
+    out += rec
+    return bytes(out)
+
+
 def rebuild_batch(h: BatchHeader, records_section: bytes, records_count: int,
-                  max_timestamp: int, *, xerial_snappy: bool = True) -> bytes:
+                  max_timestamp: int, *, base_timestamp: int | None = None,
+                  attributes: int | None = None, xerial_snappy: bool = True) -> bytes:
     """A batch like ``h`` (same baseOffset, lastOffsetDelta, firstTimestamp, producer
     fields, attributes and codec) holding ``records_count`` records whose uncompressed
     bytes are ``records_section``; new batchLength, maxTimestamp and CRC. Keeping
@@ -658,8 +678,9 @@ def rebuild_batch(h: BatchHeader, records_section: bytes, records_count: int,
     buf = bytearray(BATCH_HEADER_SIZE + len(body))
     HEADER_STRUCT.pack_into(
         buf, 0, h.base_offset, len(buf) - LOG_OVERHEAD, h.partition_leader_epoch, MAGIC_V2, 0,
-        h.attributes, h.last_offset_delta, h.base_timestamp, max_timestamp, h.producer_id,
-        h.producer_epoch, h.base_sequence, records_count)
+        h.attributes if attributes is None else attributes, h.last_offset_delta,
+        h.base_timestamp if base_timestamp is None else base_timestamp, max_timestamp,
+        h.producer_id, h.producer_epoch, h.base_sequence, records_count)
     buf[BATCH_HEADER_SIZE:] = body
     _UINT32.pack_into(buf, CRC_OFFSET, compute_crc(buf, 0, len(buf)))
     return bytes(buf)

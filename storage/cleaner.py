@@ -18,8 +18,8 @@ One cleaning of a partition, in Kafka's steps:
    ``<base>.log.cleaned`` keeping only the records that are the latest for their key
    (original offsets: a kept batch keeps its baseOffset, lastOffsetDelta and
    firstTimestamp, so the records' offset and timestamp deltas are copied verbatim;
-   maxTimestamp is recomputed and the CRC redone), dropping tombstones whose batch is
-   older than ``delete.retention.ms``.  A batch left without records disappears, except
+   maxTimestamp is recomputed and the CRC redone), dropping tombstones once the delete
+   horizon their first cleaning stamped on the batch has passed (see ``_retained``).  A batch left without records disappears, except
    the last batch of an idempotent producer, kept empty as Kafka keeps it, so the
    producer's next sequence number still follows on after a restart rebuilds the
    producer state from the log.  The index is rebuilt for the batches written
@@ -50,8 +50,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from protocol.records import (
-    HEADER_STRUCT, InvalidRecordBatch, BatchHeader, batch_records_section, rebuild_batch,
-    record_spans, LOG_APPEND_TIME,
+    DELETE_HORIZON_MASK, HEADER_STRUCT, LOG_APPEND_TIME, NO_TIMESTAMP, BatchHeader,
+    batch_records_section, rebase_record_timestamp, rebuild_batch, record_spans,
 )
 
 from .files import replace_durably
@@ -109,7 +109,9 @@ class Throttler:
         self._bytes = 0
         self.slept = 0.0
 
-    def charge(self, nbytes: int) -> None:
+    def charge(self, nbytes: int, stop: threading.Event | None = None) -> None:
+        """Account ``nbytes`` of I/O; sleep as long as the rate requires (cut short
+        when ``stop`` is set: the broker is shutting down)."""
         if self.rate <= 0 or self.rate == float("inf"):
             return
         with self._lock:
@@ -121,11 +123,19 @@ class Throttler:
             self._bytes += nbytes
             wait = self._bytes / self.rate - elapsed
         if wait > 0:
-            self.sleep(wait)
+            if stop is not None and self.sleep is time.sleep:
+                stop.wait(wait)
+            else:
+                self.sleep(wait)
             self.slept += wait
 
 
 UNLIMITED = Throttler(float("inf"))
+
+
+class CleaningAborted(Exception):
+    """The plan's ``stop`` was set (shutdown): the cleaning gives up; its .cleaned files
+    are removed now or by the next start's recovery."""
 
 
 # -- planning -------------------------------------------------------------------------
@@ -149,6 +159,13 @@ class CleaningPlan:
     bytes_written: int = 0
     released: bool = False
     pid_last_in_range: dict | None = None
+    stop: threading.Event = field(default_factory=threading.Event)
+    started: float = field(default_factory=time.monotonic)
+
+    def summary(self) -> str:
+        secs = max(time.monotonic() - self.started, 1e-6)
+        return (f"{self.reason}; read {self.bytes_read / 1e6:.1f} MB, wrote {self.bytes_written / 1e6:.1f} MB "
+                f"in {secs:.2f} s ({self.bytes_read / 1e6 / secs:.1f} MB/s cleaned)")
 
     @property
     def dirty_ratio(self) -> float:
@@ -215,11 +232,13 @@ def _iter_batches(seg: Segment, throttler: Throttler, plan_: CleaningPlan, chunk
     n = seg.entries
     i = 0
     while i < n:
+        if plan_.stop.is_set():
+            raise CleaningAborted(str(plan_.log.directory))
         pos0 = seg._entry_pos(i)
         j = seg.find_end_within(pos0 + chunk, i + 1, n)
         end = seg._entry_end(j - 1)
         buf = seg.read_at(pos0, end - pos0)
-        throttler.charge(len(buf))
+        throttler.charge(len(buf), plan_.stop)
         plan_.bytes_read += len(buf)
         for k in range(i, j):
             p = seg._entry_pos(k) - pos0
@@ -304,7 +323,14 @@ class CleanedGroup:
 
 def _retained(plan_: CleaningPlan, h: BatchHeader, batch, later: dict, pid_last_in_range: dict,
               stats: list) -> bytes | None:
-    """The batch as it is kept (the original bytes when nothing goes), or None."""
+    """The batch as it is kept (the original bytes when nothing changes), or None.
+
+    Tombstones follow KIP-534: the first cleaning that keeps a batch holding tombstones
+    stamps it with a delete horizon, now + delete.retention.ms (attribute bit 6, the
+    horizon in firstTimestamp, every record's timestamp delta rebased so its timestamp
+    is unchanged); a later cleaning after the horizon drops them.  A consumer that
+    starts reading the log before a tombstone's first cleaning therefore has at least
+    delete.retention.ms to reach it."""
     if h.is_control:
         return bytes(batch)
     cfg = plan_.log.config
@@ -312,25 +338,31 @@ def _retained(plan_: CleaningPlan, h: BatchHeader, batch, later: dict, pid_last_
     hh, body = batch_records_section(batch)
     spans = record_spans(hh, body)
     keep = []
-    tombstone_expired = plan_.now_ms - h.max_timestamp > cfg.delete_retention_ms
+    horizon = h.base_timestamp if h.attributes & DELETE_HORIZON_MASK else None
     base = h.base_offset
+    tombstones = 0
     for r in spans:
         if r.key is None:
             continue   # Kafka's cleaner drops keyless records (written before the policy changed)
         latest = m.get(r.key)
-        offset = base + r.offset_delta
-        if latest is not None and offset < latest:
+        if latest is not None and base + r.offset_delta < latest:
             continue
         if r.tombstone:
-            if tombstone_expired:
+            if horizon is not None and plan_.now_ms >= horizon:
                 continue
-            due = h.max_timestamp + cfg.delete_retention_ms + 1
-            if plan_.tombstone_due == _NO_DUE or due < plan_.tombstone_due:
-                plan_.tombstone_due = due
+            tombstones += 1
         keep.append(r)
     stats[0] += len(keep)
     stats[1] += len(spans) - len(keep)
-    if len(keep) == len(spans):
+    new_horizon = None
+    if tombstones:
+        if horizon is None and h.base_timestamp != NO_TIMESTAMP:
+            new_horizon = horizon = plan_.now_ms + cfg.delete_retention_ms
+        elif horizon is None:
+            horizon = plan_.now_ms + cfg.delete_retention_ms   # no timestamps to rebase
+        if plan_.tombstone_due == _NO_DUE or horizon < plan_.tombstone_due:
+            plan_.tombstone_due = horizon
+    if len(keep) == len(spans) and new_horizon is None:
         return bytes(batch)
     if not keep:
         if h.producer_id >= 0 and pid_last_in_range.get(h.producer_id) == h.last_offset \
@@ -338,11 +370,16 @@ def _retained(plan_: CleaningPlan, h: BatchHeader, batch, later: dict, pid_last_
             # the producer's last batch: kept, empty, for its sequence numbers
             return rebuild_batch(h, b"", 0, h.max_timestamp)
         return None
-    section = b"".join(bytes(body[r.start:r.end]) for r in keep)
     if h.timestamp_type == LOG_APPEND_TIME:
         max_ts = h.max_timestamp
     else:
         max_ts = max(h.base_timestamp + r.timestamp_delta for r in keep)
+    if new_horizon is not None:
+        shift = new_horizon - h.base_timestamp
+        section = b"".join(rebase_record_timestamp(body, r, shift) for r in keep)
+        return rebuild_batch(h, section, len(keep), max_ts, base_timestamp=new_horizon,
+                             attributes=h.attributes | DELETE_HORIZON_MASK)
+    section = b"".join(bytes(body[r.start:r.end]) for r in keep)
     return rebuild_batch(h, section, len(keep), max_ts)
 
 
@@ -388,7 +425,7 @@ def clean_group(plan_: CleaningPlan, first: int, throttler: Throttler = UNLIMITE
                 cg.batches += 1
                 if pending_size >= 1 << 20:
                     _write_all(fd, b"".join(pending))
-                    throttler.charge(pending_size)
+                    throttler.charge(pending_size, plan_.stop)
                     plan_.bytes_written += pending_size
                     pending, pending_size = [], 0
             k += 1
@@ -399,7 +436,7 @@ def clean_group(plan_: CleaningPlan, first: int, throttler: Throttler = UNLIMITE
         cg.old, cg.end_offset = list(group), end
         if pending:
             _write_all(fd, b"".join(pending))
-            throttler.charge(pending_size)
+            throttler.charge(pending_size, plan_.stop)
             plan_.bytes_written += pending_size
         os.fsync(fd)
     except BaseException:

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from protocol.records import CODEC_GZIP, CODEC_NONE, CODEC_ZSTD, build_batch, iter_records
+from protocol.records import DELETE_HORIZON_MASK, CODEC_GZIP, CODEC_NONE, CODEC_ZSTD, build_batch, iter_records
 from storage import Log, LogConfig
 from storage import cleaner
 from storage.cleaner import Throttler, clean_log
@@ -122,11 +122,16 @@ def test_tombstones_kept_for_delete_retention_then_dropped(tmp_path):
     put(lg, [(b"a", None)], ts=T0 + 1)
     lg.roll(T0)
     put(lg, [(b"c", b"1")], ts=T0 + 2)
+    before = read_all(lg)
     clean_log(lg, T0 + 1000)
-    assert [(k, v) for _, k, v, _ in read_all(lg)] == [(b"b", b"1"), (b"a", None), (b"c", b"1")]
-    # nothing new is dirty, but the tombstone's time has come: the cleaner runs for it
-    assert cleaner.plan(lg, T0 + 30_000) is None
-    p = clean_log(lg, T0 + 61_002)
+    # the first cleaning keeps the tombstone and stamps its batch with the delete horizon
+    # (KIP-534) without changing any record's timestamp
+    assert read_all(lg) == [before[1], before[2], before[3]]
+    h = [h for h in lg.iter_batch_headers() if h.base_offset == 2][0]
+    assert h.attributes & DELETE_HORIZON_MASK and h.base_timestamp == T0 + 1000 + 60_000
+    # nothing new is dirty and the horizon is ahead: nothing to do; then the cleaner runs for it
+    assert cleaner.plan(lg, T0 + 60_999) is None
+    p = clean_log(lg, T0 + 61_000)
     assert p is not None and "tombstone" in p.reason
     assert [(k, v) for _, k, v, _ in read_all(lg)] == [(b"b", b"1"), (b"c", b"1")]
     lg.close()
