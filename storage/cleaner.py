@@ -42,6 +42,7 @@ Clocks are passed in; nothing here imports Trio.
 """
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import threading
@@ -159,6 +160,7 @@ class CleaningPlan:
     bytes_written: int = 0
     released: bool = False
     pid_last_in_range: dict | None = None
+    latest_offsets: list | None = None          # sorted offsets of the map (for bisection)
     stop: threading.Event = field(default_factory=threading.Event)
     started: float = field(default_factory=time.monotonic)
 
@@ -269,9 +271,10 @@ def build_offset_map(plan_: CleaningPlan, throttler: Throttler = UNLIMITED,
                 continue
             hh, body = batch_records_section(batch)
             base = h.base_offset
-            for r in record_spans(hh, body):
-                if r.key is not None:
-                    m[r.key] = base + r.offset_delta
+            for offset_delta, _, key, _, _, _ in record_spans(hh, body):
+                if key is not None:
+                    m[key] = base + offset_delta
+    plan_.latest_offsets = sorted(m.values())
     return m
 
 
@@ -335,6 +338,14 @@ def _retained(plan_: CleaningPlan, h: BatchHeader, batch, later: dict, pid_last_
         return bytes(batch)
     cfg = plan_.log.config
     m = plan_.offset_map
+    if h.base_offset >= plan_.first_dirty and plan_.latest_offsets is not None:
+        # Every key of a dirty batch is in the map: when no latest offset falls inside
+        # the batch, all of its records go, and its records need not be decoded (the
+        # common case in a log of frequent updates).
+        lo = bisect.bisect_left(plan_.latest_offsets, h.base_offset)
+        if lo == len(plan_.latest_offsets) or plan_.latest_offsets[lo] > h.last_offset:
+            stats[1] += h.records_count
+            return _emptied(h, later, pid_last_in_range)
     hh, body = batch_records_section(batch)
     spans = record_spans(hh, body)
     keep = []
@@ -342,12 +353,13 @@ def _retained(plan_: CleaningPlan, h: BatchHeader, batch, later: dict, pid_last_
     base = h.base_offset
     tombstones = 0
     for r in spans:
-        if r.key is None:
+        offset_delta, _, key, tombstone, _, _ = r
+        if key is None:
             continue   # Kafka's cleaner drops keyless records (written before the policy changed)
-        latest = m.get(r.key)
-        if latest is not None and base + r.offset_delta < latest:
+        latest = m.get(key)
+        if latest is not None and base + offset_delta < latest:
             continue
-        if r.tombstone:
+        if tombstone:
             if horizon is not None and plan_.now_ms >= horizon:
                 continue
             tombstones += 1
@@ -365,22 +377,28 @@ def _retained(plan_: CleaningPlan, h: BatchHeader, batch, later: dict, pid_last_
     if len(keep) == len(spans) and new_horizon is None:
         return bytes(batch)
     if not keep:
-        if h.producer_id >= 0 and pid_last_in_range.get(h.producer_id) == h.last_offset \
-                and later.get(h.producer_id, -1) <= h.last_offset:
-            # the producer's last batch: kept, empty, for its sequence numbers
-            return rebuild_batch(h, b"", 0, h.max_timestamp)
-        return None
+        return _emptied(h, later, pid_last_in_range)
     if h.timestamp_type == LOG_APPEND_TIME:
         max_ts = h.max_timestamp
     else:
-        max_ts = max(h.base_timestamp + r.timestamp_delta for r in keep)
+        max_ts = h.base_timestamp + max(r[1] for r in keep)
     if new_horizon is not None:
         shift = new_horizon - h.base_timestamp
         section = b"".join(rebase_record_timestamp(body, r, shift) for r in keep)
         return rebuild_batch(h, section, len(keep), max_ts, base_timestamp=new_horizon,
                              attributes=h.attributes | DELETE_HORIZON_MASK)
-    section = b"".join(bytes(body[r.start:r.end]) for r in keep)
+    section = b"".join(bytes(body[r[4]:r[5]]) for r in keep)
     return rebuild_batch(h, section, len(keep), max_ts)
+
+
+def _emptied(h: BatchHeader, later: dict, pid_last_in_range: dict) -> bytes | None:
+    """A batch all of whose records go: dropped, unless it is its idempotent producer's
+    last batch, kept empty (offsets, sequence range and producer epoch intact) so the
+    producer state rebuilt from the log still continues from it."""
+    if h.producer_id >= 0 and pid_last_in_range.get(h.producer_id) == h.last_offset \
+            and later.get(h.producer_id, -1) <= h.last_offset:
+        return rebuild_batch(h, b"", 0, h.max_timestamp)
+    return None
 
 
 def clean_group(plan_: CleaningPlan, first: int, throttler: Throttler = UNLIMITED) -> CleanedGroup:
