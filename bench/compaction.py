@@ -76,16 +76,23 @@ def produce(bootstrap: str, topic: str, n: int, size: int, keys: int = 0, seed: 
                   "queue.buffering.max.messages": 1_000_000})
     rng = random.Random(seed)
     value = b"x" * size
+    errors = []
+
+    def report(err, msg):
+        if err is not None:
+            errors.append(err)
     start_t = time.perf_counter()
     for i in range(n):
         key = b"key-%08d" % rng.randrange(keys) if keys else None
         while True:
             try:
-                p.produce(topic, value, key=key)
+                p.produce(topic, value, key=key, on_delivery=report)
                 break
             except BufferError:
                 p.poll(0.01)
     assert p.flush(300) == 0
+    if errors:
+        raise SystemExit(f"produce to {topic} failed: {errors[:3]}")
     return time.perf_counter() - start_t
 
 
@@ -121,8 +128,8 @@ def main() -> int:
             while not CLEANED.search((tmp / "broker.log").read_text()):
                 during.append(produce(bootstrap, "load", args.chunk, args.size))
                 print(f"chunk {len(during)} while cleaning", file=sys.stderr)
-                if len(during) > 200:
-                    raise SystemExit("the cleaning did not finish")
+                if len(during) > 60:
+                    raise SystemExit("the cleaning did not finish:\n" + (tmp / "broker.log").read_text()[-3000:])
             for i in range(max(len(during), 2)):
                 after.append(produce(bootstrap, "load", args.chunk, args.size))
             print("chunks after cleaning done", file=sys.stderr)

@@ -117,7 +117,7 @@ def _keyless_records(records, partition) -> list:
     msg = (f"Compacted topic cannot accept message without key in topic partition "
            f"{partition.topic.name}-{partition.index}.")
     return [{"batch_index": i, "batch_index_error_message": msg}
-            for i, r in enumerate(spans) if r.key is None]
+            for i, r in enumerate(spans) if r[2] is None]   # r: RecordSpan fields (key at 2)
 
 
 def produce_to_partition(broker, partition, records, version: int, acks: int = 1) -> dict:
