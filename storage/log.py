@@ -33,7 +33,7 @@ from protocol.records import (
     iter_records, validate_batches, LOG_OVERHEAD,
 )
 
-from .cleaner import complete_interrupted_swaps
+from .cleaner import CLEANER_CHECKPOINT, complete_interrupted_swaps
 from .segment import Segment
 
 _make_header = BatchHeader._make
@@ -664,6 +664,7 @@ class Log:
         """
         if offset >= self.log_end_offset:
             return
+        self._forget_cleaner_progress()
         if offset < self.log_start_offset:
             self.truncate_fully_and_start_at(offset)
             return
@@ -685,6 +686,7 @@ class Log:
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete everything; the log restarts empty at ``offset``."""
+        self._forget_cleaner_progress()
         while self._segments:
             self._remove_segment(len(self._segments) - 1)
         new = Segment.create(self.directory, offset, int(time.time() * 1000))
@@ -697,6 +699,15 @@ class Log:
             self.log_start_offset = self.log_end_offset = offset
             self.flushed_offset = offset
         self._write_checkpoint(offset)
+
+    def _forget_cleaner_progress(self) -> None:
+        """A truncation may cut below where the cleaner stopped; what is appended after it
+        is dirty again, so the next cleaning of a compacted log starts over (Kafka's
+        cleaner manager resets its checkpoint on truncation too)."""
+        try:
+            (self.directory / CLEANER_CHECKPOINT).unlink()
+        except FileNotFoundError:
+            pass
 
     # -- durability -----------------------------------------------------------
 

@@ -320,3 +320,13 @@ def test_throttler_sleeps_to_the_rate():
         t.charge(500)
     assert now[0] == pytest.approx(5.0)
     assert Throttler(float("inf")).charge(1 << 30) is None
+
+
+def test_truncation_makes_the_log_dirty_again(tmp_path):
+    lg, written = _prepare(tmp_path)
+    clean_log(lg, T0 + 1000)
+    assert cleaner.read_checkpoint(tmp_path)[0] == lg.segments[-1].base_offset
+    lg.truncate_to(100)                       # a follower's divergent tail goes
+    assert cleaner.read_checkpoint(tmp_path)[0] == 0
+    assert lg.log_end_offset <= 100
+    lg.close()
