@@ -12,9 +12,11 @@ MIN_VERSION, MAX_VERSION = 1, 4
 
 TOPIC, BROKER = 2, 4
 SOURCE_TOPIC, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 4, 5
-# ConfigType enum of DescribeConfigs v3+: STRING 2, INT 3, LONG 5, LIST 7.
+# ConfigType enum of DescribeConfigs v3+: STRING 2, INT 3, LONG 5, DOUBLE 6, LIST 7.
 _TYPES = {"retention.ms": 5, "retention.bytes": 5, "segment.bytes": 3, "segment.ms": 5,
-          "max.message.bytes": 3, "min.insync.replicas": 3, "cleanup.policy": 7}
+          "max.message.bytes": 3, "min.insync.replicas": 3, "cleanup.policy": 7,
+          "min.cleanable.dirty.ratio": 6, "min.compaction.lag.ms": 5, "max.compaction.lag.ms": 5,
+          "delete.retention.ms": 5}
 
 
 def _entry(name: str, value: str, source: int, include_synonyms: bool) -> dict:
