@@ -21,6 +21,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.e2e.test_java_client import java, record_crc  # noqa: F401  (java: the fixture)
+
 pytestmark = pytest.mark.timeout(400)
 
 KEYS = 1000
@@ -288,3 +290,63 @@ def test_consumer_offsets_stay_bounded(broker_factory):
         assert [tp.offset for tp in committed] == [i] * 8
     finally:
         c.close()
+
+
+def test_java_client_reads_cleaned_batches(broker_factory, java):
+    """kafka-clients (Spark's client) reads what the cleaner wrote: recompressed batches,
+    tombstone batches stamped with a delete horizon (firstTimestamp moved, every record's
+    timestamp unchanged), gaps crossed by Spark's KafkaDataConsumer logic with
+    failOnDataLoss=true."""
+    broker = broker_factory(env=FAST_CLEANER)
+    topic = f"compacted-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic, {"cleanup.policy": "compact", "segment.bytes": str(8 << 10),
+                                           "min.cleanable.dirty.ratio": "0.01"})
+    t0 = 1_767_225_600_000
+    p = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "linger.ms": 5,
+                  "compression.type": "gzip", "batch.num.messages": 50})
+    sent = []
+    for i in range(6000):
+        k = b"k%03d" % (i * 7 % 150)
+        v = None if i % 53 == 0 else b"v%05d" % i
+        p.produce(topic, key=k, value=v, timestamp=t0 + i * 10,
+                  on_delivery=lambda err, msg: sent.append((msg.offset(), msg.key(), msg.value())))
+        if i % 500 == 0:
+            p.poll(0)
+    assert p.flush(30) == 0 and len(sent) == 6000
+    ts_of = {o: t0 + i * 10 for i, (o, _, _) in enumerate(sorted(sent))}
+    wait_for(lambda: cleanings(broker, topic) >= 1, 60, "a cleaning", broker)
+    # settle: no new cleaning for 3 s
+    seen, since = cleanings(broker, topic), time.monotonic()
+    while time.monotonic() - since < 3:
+        time.sleep(0.3)
+        if cleanings(broker, topic) != seen:
+            seen, since = cleanings(broker, topic), time.monotonic()
+    oracle = read_all(broker.bootstrap, topic)
+    # cleaned (gaps from offset 0 on), tombstones kept (delete.retention.ms is a day)
+    assert oracle[0][0] > 0 and len(oracle) < 6000 // 2 and any(v is None for _, _, v in oracle)
+    end = max(o for o, _, _ in sent) + 1
+    # kafka-clients as Spark's executors drive it: every kept record, in order, gaps skipped
+    res = java.run("spark-get", broker.bootstrap, topic, 0, 0, end, "--fail-on-data-loss", "true",
+                   broker=broker)
+    kv = res.kv_lines()[-1]
+    assert int(kv["count"]) == len(oracle) and int(kv["last"]) == oracle[-1][0]
+    assert kv["crc"] == record_crc(oracle)
+    # ListOffsets by timestamp (kafka-clients' Admin, as Spark's driver) finds the first kept
+    # record at or after each time
+    kept_ts = sorted((ts_of[o], o) for o, _, _ in oracle)
+    probes = [t0 + 10 * i for i in (0, 777, 3001, 5990)]
+    res = java.run("list-offsets", broker.bootstrap, topic, ",".join(map(str, probes)), broker=broker)
+    got = [int(l.split("=")[1]) for l in res.lines() if l.startswith("0=")]
+    assert got == [next((o for t, o in kept_ts if t >= pr), -1) for pr in probes]
+    # librdkafka decodes every kept record's timestamp unchanged (delete-horizon batches too)
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"ts-{uuid.uuid4().hex}",
+                  "enable.auto.commit": False, "enable.partition.eof": True})
+    c.assign([TopicPartition(topic, 0, 0)])
+    stamps = {}
+    deadline = time.monotonic() + 60
+    while len(stamps) < len(oracle) and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            stamps[m.offset()] = m.timestamp()[1]
+    c.close()
+    assert stamps == {o: ts_of[o] for o, _, _ in oracle}
