@@ -45,6 +45,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -575,7 +576,7 @@ def complete_interrupted_swaps(directory: Path) -> int:
                 with open(ix, "rb") as f:
                     hdr = f.read(INDEX_HEADER_SIZE)
                 end = _Q.unpack_from(hdr, _SPARSE_AT)[0]
-            except (OSError, Exception):
+            except (OSError, struct.error):
                 end = 0
             if end <= base:
                 # the index was fsynced before the commit; if it is unreadable anyway,
