@@ -113,13 +113,15 @@ class LogConfig:
 
     @property
     def compact(self) -> bool:
-        return "compact" in _policies(self.cleanup_policy)
+        # a substring test: Produce asks on every request; the values are delete, compact
+        # and compact,delete (validated by the broker)
+        return "compact" in self.cleanup_policy
 
     @property
     def delete(self) -> bool:
         """Retention by time and size applies (Kafka ignores retention.ms/bytes on a
         topic whose cleanup.policy is compact alone)."""
-        return "delete" in _policies(self.cleanup_policy)
+        return "delete" in self.cleanup_policy
 
     @property
     def roll_ms(self) -> int:
@@ -129,10 +131,6 @@ class LogConfig:
         if self.compact and 0 <= self.max_compaction_lag_ms < self.segment_ms:
             return self.max_compaction_lag_ms
         return self.segment_ms
-
-
-def _policies(value: str) -> set[str]:
-    return {p.strip() for p in value.split(",")}
 
 
 # Kafka topic config name -> (LogConfig attribute, parser)
