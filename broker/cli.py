@@ -56,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="partitions of auto-created topics")
     s.add_argument("--auto-create-topics", dest="auto_create_topics", choices=["true", "false"])
     s.add_argument("--max-request-bytes", dest="max_request_bytes", type=int)
+    s.add_argument("--log-cleaner-io-max-bytes-per-second", dest="log_cleaner_io_max_bytes_per_second",
+                   type=int, help="throttle of the log cleaner's disk reads + writes (-1: none)")
+    s.add_argument("--log-cleaner-backoff-ms", dest="log_cleaner_backoff_ms", type=int,
+                   help="how long the log cleaner sleeps when no partition needs cleaning")
     s.add_argument("--rack")
     s.add_argument("--metadata-store", dest="metadata_store",
                    help="cluster: etcd://HOST:PORT[,HOST:PORT...] holding the cluster's metadata")

@@ -126,7 +126,7 @@ class Cluster:
     def offsets_topic_spec(self) -> tuple[str, int, int, dict[str, str]]:
         """(name, partitions, replication factor, configs) of __consumer_offsets."""
         rf = self.config.offsets_topic_replication_factor
-        return OFFSETS_TOPIC, self.config.offsets_topic_num_partitions, rf, offsets_topic_configs(rf)
+        return OFFSETS_TOPIC, self.config.offsets_topic_num_partitions, rf, offsets_topic_configs(rf, self.config.offsets_topic_segment_bytes)
 
     def changed(self) -> trio.Event:
         return self._changed

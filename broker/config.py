@@ -75,6 +75,10 @@ class BrokerConfig:
     log_segment_bytes: int = 1 << 30
     log_segment_ms: int = 7 * 24 * 3600 * 1000
     message_max_bytes: int = 1048588
+    # The log cleaner (compacted topics; storage/cleaner.py), Kafka's names and defaults.
+    log_cleaner_enable: bool = True
+    log_cleaner_backoff_ms: int = 15_000           # sleep when no partition needs cleaning
+    log_cleaner_io_max_bytes_per_second: int = -1  # cleaner reads + writes; -1: unthrottled
     group_initial_rebalance_delay_ms: int = 0
     log_level: str = "info"
     log_format: str = "text"               # text | json (one JSON object per line)
@@ -94,6 +98,7 @@ class BrokerConfig:
     replica_fetch_wait_ms: int = 500       # follower long-poll (replica.fetch.wait.max.ms)
     offsets_topic_num_partitions: int = 8  # Kafka's offsets.topic.num.partitions (50 there)
     offsets_topic_replication_factor: int = 3   # Kafka's offsets.topic.replication.factor
+    offsets_topic_segment_bytes: int = 16 << 20  # Kafka's offsets.topic.segment.bytes (100 MiB there)
 
     @property
     def is_cluster(self) -> bool:

@@ -9,9 +9,6 @@ shown so that tools which set them (Kafka Streams, Debezium, Terraform providers
 and README.md lists them as not acted on. Validation errors carry Kafka's wording
 (``Invalid value X for configuration Y: ...``) and the INVALID_CONFIG code.
 
-Compaction is built separately (issue 12). Until storage's cleaner exists a compacted
-topic would silently grow forever, so ``cleanup.policy`` values containing ``compact``
-are refused in exactly one place: ``COMPACTION_AVAILABLE`` below.
 """
 from __future__ import annotations
 
@@ -19,10 +16,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 from protocol.errors import ErrorCode
-
-# Flip to True when the log cleaner lands (storage/): then cleanup.policy=compact and
-# compact,delete are accepted like any other valid value.
-COMPACTION_AVAILABLE = False
 
 LONG_MAX = (1 << 63) - 1
 INT_MAX = (1 << 31) - 1
@@ -112,27 +105,19 @@ def _level(lo, hi, default):
         f"Value must be between {lo} and {hi}, or {default} for the codec's default"
 
 
-def _cleanup_policy(v):
-    if "compact" in v and not COMPACTION_AVAILABLE:
-        # The one place compaction is refused (see the module doc).
-        return "log compaction is not available in this canopy yet; only delete is supported"
-    return None
-
-
 _COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
 _TABLE = [
-    TopicConfig("cleanup.policy", LIST, "delete", "log.cleanup.policy", True, _cleanup_policy,
+    TopicConfig("cleanup.policy", LIST, "delete", "log.cleanup.policy", True,
                 choices=("compact", "delete"),
-                doc="delete: retention by time and size" + (
-                    "; compact keeps the latest record per key" if COMPACTION_AVAILABLE
-                    else "; compact and compact,delete are refused until log compaction lands")),
+                doc="delete: retention by time and size; compact: the log cleaner keeps the latest "
+                    "record per key (docs/compaction.md)"),
     TopicConfig("compression.type", STRING, "producer", "compression.type", True, choices=_COMPRESSION,
                 doc="producer keeps the client's codec; any other value recompresses on produce"),
     TopicConfig("compression.gzip.level", INT, "-1", "compression.gzip.level", False, _level(1, 9, -1)),
     TopicConfig("compression.lz4.level", INT, "9", "compression.lz4.level", False, _between(1, 17)),
     TopicConfig("compression.zstd.level", INT, "3", "compression.zstd.level", False, _between(-131072, 22)),
-    TopicConfig("delete.retention.ms", LONG, "86400000", "log.cleaner.delete.retention.ms", False, _at_least(0),
+    TopicConfig("delete.retention.ms", LONG, "86400000", "log.cleaner.delete.retention.ms", True, _at_least(0),
                 doc="how long tombstones of a compacted topic are kept"),
     TopicConfig("file.delete.delay.ms", LONG, "60000", "log.segment.delete.delay.ms", False, _at_least(0)),
     TopicConfig("flush.messages", LONG, str(LONG_MAX), "log.flush.interval.messages", False, _at_least(1),
@@ -146,7 +131,7 @@ _TABLE = [
     TopicConfig("leader.replication.throttled.replicas", LIST, "", "leader.replication.throttled.replicas", False),
     TopicConfig("local.retention.bytes", LONG, "-2", "log.local.retention.bytes", False, _at_least(-2)),
     TopicConfig("local.retention.ms", LONG, "-2", "log.local.retention.ms", False, _at_least(-2)),
-    TopicConfig("max.compaction.lag.ms", LONG, str(LONG_MAX), "log.cleaner.max.compaction.lag.ms", False,
+    TopicConfig("max.compaction.lag.ms", LONG, str(LONG_MAX), "log.cleaner.max.compaction.lag.ms", True,
                 _at_least(1)),
     TopicConfig("max.message.bytes", INT, "1048588", "message.max.bytes", True, _at_least(0)),
     TopicConfig("message.downconversion.enable", BOOLEAN, "true", "log.message.downconversion.enable", False,
@@ -161,9 +146,9 @@ _TABLE = [
                 "log.message.timestamp.difference.max.ms", True, _at_least(0)),
     TopicConfig("message.timestamp.type", STRING, "CreateTime", "log.message.timestamp.type", True,
                 choices=("CreateTime", "LogAppendTime")),
-    TopicConfig("min.cleanable.dirty.ratio", DOUBLE, "0.5", "log.cleaner.min.cleanable.ratio", False,
+    TopicConfig("min.cleanable.dirty.ratio", DOUBLE, "0.5", "log.cleaner.min.cleanable.ratio", True,
                 _between(0, 1)),
-    TopicConfig("min.compaction.lag.ms", LONG, "0", "log.cleaner.min.compaction.lag.ms", False, _at_least(0)),
+    TopicConfig("min.compaction.lag.ms", LONG, "0", "log.cleaner.min.compaction.lag.ms", True, _at_least(0)),
     TopicConfig("min.insync.replicas", INT, "1", "min.insync.replicas", True, _at_least(1)),
     TopicConfig("preallocate", BOOLEAN, "false", "log.preallocate", False,
                 doc="canopy always preallocates its mmap'd segments"),

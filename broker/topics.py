@@ -509,7 +509,8 @@ class TopicRegistry:
         return v if v is not None else self.resolve({}, name).value
 
     _STORAGE_CONFIGS = ("retention.ms", "retention.bytes", "segment.bytes", "segment.ms", "max.message.bytes",
-                        "message.timestamp.type", "cleanup.policy")
+                        "message.timestamp.type", "cleanup.policy", "min.cleanable.dirty.ratio",
+                        "min.compaction.lag.ms", "max.compaction.lag.ms", "delete.retention.ms")
 
     def log_config(self, topic_configs: dict[str, str]) -> LogConfig:
         return LogConfig.from_topic_configs({n: self.resolve(topic_configs, n).value for n in self._STORAGE_CONFIGS})

@@ -244,7 +244,8 @@ def executor_consumer(conf: dict[str, str]):
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "auto.offset.reset": "error",
-        "enable.partition.eof": False,
+        # The end of the partition tells a range ending in a compacted gap from a slow fetch.
+        "enable.partition.eof": True,
     })
     return Consumer(c)
 
@@ -254,7 +255,9 @@ def read_range(conf: dict[str, str], topic: str, partition: int, start: int, unt
                chunk: int = 10_000) -> Iterator[list]:
     """Yield lists of confluent_kafka Messages covering offsets [start, until) of one
     partition, in order. Offsets missing below `until` (retention, DeleteRecords) raise
-    DataLossError when fail_on_data_loss, else are skipped — Spark's KafkaDataConsumer.get."""
+    DataLossError when fail_on_data_loss, else are skipped — Spark's KafkaDataConsumer.get.
+    Offsets with no record inside the log (a compacted topic's gaps) are skipped, as Spark
+    skips them."""
     from confluent_kafka import KafkaError, TopicPartition
 
     if start >= until:
@@ -284,15 +287,24 @@ def read_range(conf: dict[str, str], topic: str, partition: int, start: int, unt
                         consumer.assign([TopicPartition(topic, partition, next_offset)])
                         break
                     if err.code() == KafkaError._PARTITION_EOF:
+                        if m.offset() >= until:
+                            # [next_offset, until) holds no record any more: a compacted
+                            # topic's cleaner removed them (Spark: invisible offsets)
+                            next_offset = until
+                            break
                         continue
                     raise RuntimeError(f"consume {topic}-{partition}: {err}")
                 off = m.offset()
                 if off >= until:
                     next_offset = until
                     break
-                if off != next_offset and fail_on_data_loss and off > next_offset:
-                    raise DataLossError(f"{topic}-{partition}: expected offset {next_offset}, "
-                                        f"got {off}; records were lost")
+                if off > next_offset and fail_on_data_loss:
+                    # A gap at or above the log start is compaction (invisible offsets, which
+                    # Spark's KafkaDataConsumer skips); below it, retention took them: loss.
+                    low, _ = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+                    if low > next_offset:
+                        raise DataLossError(f"{topic}-{partition}: expected offset {next_offset}, "
+                                            f"got {off}; records were lost")
                 batch.append(m)
                 next_offset = off + 1
             if batch:

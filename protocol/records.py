@@ -100,6 +100,9 @@ COMPRESSION_CODEC_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08
 TRANSACTIONAL_MASK = 0x10
 CONTROL_MASK = 0x20
+# KIP-534: the log cleaner set a delete horizon; firstTimestamp holds it (the records'
+# timestamp deltas are relative to it, so their timestamps are unchanged).
+DELETE_HORIZON_MASK = 0x40
 
 CREATE_TIME = 0
 LOG_APPEND_TIME = 1
@@ -621,6 +624,120 @@ def iter_records(batch, pos: int = 0) -> Iterator[Record]:
             raise InvalidRecordBatch("record length does not match its fields", CORRUPT_MESSAGE)
         ts = log_append_time if log_append_time is not None else h.base_timestamp + ts_delta
         yield Record(h.base_offset + offset_delta, ts, key, value, headers)
+
+
+class RecordSpan(NamedTuple):
+    """One record of a decompressed records section, located but not copied: the
+    cleaner keeps a record by copying ``body[start:end]`` verbatim (its offset and
+    timestamp deltas stay relative to the batch's baseOffset and firstTimestamp)."""
+    offset_delta: int
+    timestamp_delta: int
+    key: bytes | None
+    tombstone: bool      # null value
+    start: int
+    end: int
+
+
+def batch_records_section(buf, pos: int = 0) -> tuple[BatchHeader, memoryview | bytes]:
+    """The header of the batch at ``pos`` and its records section, decompressed."""
+    return _batch_body(buf, pos)
+
+
+def record_spans(h: BatchHeader, body) -> list[RecordSpan]:
+    """Every record of a records section (see batch_records_section), with its key,
+    whether its value is null, and its byte range in ``body``.  The cleaner's inner loop
+    (every record of a compacted log, twice per cleaning): one-byte varints, the common
+    case, are decoded inline; plain tuples in RecordSpan's field order are returned."""
+    out = []
+    append = out.append
+    p = 0
+    n_body = len(body)
+    for _ in range(h.records_count):
+        start = p
+        b = body[p] if p < n_body else 0x80
+        if b < 0x80:
+            length = (b >> 1) ^ -(b & 1)
+            p += 1
+        elif p + 1 < n_body and body[p + 1] < 0x80:     # two bytes: records of 64..8191 bytes
+            v = (b & 0x7F) | (body[p + 1] << 7)
+            length = (v >> 1) ^ -(v & 1)
+            p += 2
+        else:
+            length, p = _read_varint(body, p)
+        rec_end = p + length
+        if length < 6 or rec_end > n_body:
+            raise InvalidRecordBatch("record overruns the batch", CORRUPT_MESSAGE)
+        q = p + 1                    # past the record attributes
+        b = body[q]
+        if b < 0x80:
+            ts_delta = (b >> 1) ^ -(b & 1)
+            q += 1
+        else:
+            ts_delta, q = _read_varint(body, q)
+        b = body[q] if q < rec_end else 0x80
+        if b < 0x80:
+            offset_delta = (b >> 1) ^ -(b & 1)
+            q += 1
+        else:
+            offset_delta, q = _read_varint(body, q)
+        b = body[q] if q < rec_end else 0x80
+        if b < 0x80:
+            key_len = (b >> 1) ^ -(b & 1)
+            q += 1
+        else:
+            key_len, q = _read_varint(body, q)
+        if key_len < 0:
+            key = None
+        else:
+            if q + key_len > rec_end:
+                raise InvalidRecordBatch("record key overruns the record", CORRUPT_MESSAGE)
+            key = bytes(body[q:q + key_len])
+            q += key_len
+        if q >= rec_end:
+            raise InvalidRecordBatch("record overruns the batch", CORRUPT_MESSAGE)
+        # the value length's sign is its zigzag encoding's lowest bit: null is -1
+        append((offset_delta, ts_delta, key, bool(body[q] & 1), start, rec_end))
+        p = rec_end
+    return out
+
+
+def rebase_record_timestamp(body, span: RecordSpan, delta_change: int) -> bytes:
+    """The record at ``span`` of ``body`` with ``delta_change`` subtracted from its
+    timestampDelta (the batch's firstTimestamp moved up by that much: the record's own
+    timestamp stays the same)."""
+    _, ts_delta, _, _, start, end = span
+    _, p = _read_varint(body, start)           # record length
+    attributes = body[p]
+    _, q = _read_varint(body, p + 1)           # old timestampDelta
+    rec = bytearray((attributes,))
+    _write_varint(rec, ts_delta - delta_change)
+    rec += body[q:end]
+    out = bytearray()
+    _write_varint(out, len(rec))
+    out += rec
+    return bytes(out)
+
+
+def rebuild_batch(h: BatchHeader, records_section: bytes, records_count: int,
+                  max_timestamp: int, *, base_timestamp: int | None = None,
+                  attributes: int | None = None, xerial_snappy: bool = True) -> bytes:
+    """A batch like ``h`` (same baseOffset, lastOffsetDelta, firstTimestamp, producer
+    fields, attributes and codec) holding ``records_count`` records whose uncompressed
+    bytes are ``records_section``; new batchLength, maxTimestamp and CRC. Keeping
+    lastOffsetDelta is what Kafka's cleaner does for v2 batches: the batch still spans
+    the producer's sequence range, so an idempotent producer's next batch follows on."""
+    body = records_section
+    if h.compression != CODEC_NONE:
+        body = compress(h.compression, bytes(body), xerial=xerial_snappy)
+    buf = bytearray(BATCH_HEADER_SIZE + len(body))
+    HEADER_STRUCT.pack_into(
+        buf, 0, h.base_offset, len(buf) - LOG_OVERHEAD, h.partition_leader_epoch, MAGIC_V2, 0,
+        h.attributes if attributes is None else attributes, h.last_offset_delta,
+        h.base_timestamp if base_timestamp is None else base_timestamp, max_timestamp,
+        h.producer_id, h.producer_epoch, h.base_sequence, records_count)
+    buf[BATCH_HEADER_SIZE:] = body
+    _UINT32.pack_into(buf, CRC_OFFSET, compute_crc(buf, 0, len(buf)))
+    return bytes(buf)
 
 
 def _encode_record(out: bytearray, offset_delta: int, ts_delta: int, key, value,

@@ -33,6 +33,7 @@ from protocol.records import (
     iter_records, validate_batches, LOG_OVERHEAD,
 )
 
+from .cleaner import CLEANER_CHECKPOINT, complete_interrupted_swaps
 from .segment import Segment
 
 _make_header = BatchHeader._make
@@ -84,7 +85,12 @@ class LogConfig:
     retention_bytes: int = -1                   # -1: no size limit
     max_message_bytes: int = 1048588
     message_timestamp_type: str = "CreateTime"  # or "LogAppendTime" (applied by the caller)
-    cleanup_policy: str = "delete"              # compaction is not implemented
+    cleanup_policy: str = "delete"              # delete | compact | compact,delete
+    # compaction (storage/cleaner.py), Kafka's defaults
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = (1 << 63) - 1
+    delete_retention_ms: int = 24 * 3600 * 1000
 
     def __post_init__(self):
         # Kafka's segment.bytes is an int32; the index stores 32-bit positions.
@@ -107,6 +113,27 @@ class LogConfig:
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
 
+    @property
+    def compact(self) -> bool:
+        # a substring test: Produce asks on every request; the values are delete, compact
+        # and compact,delete (validated by the broker)
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        """Retention by time and size applies (Kafka ignores retention.ms/bytes on a
+        topic whose cleanup.policy is compact alone)."""
+        return "delete" in self.cleanup_policy
+
+    @property
+    def roll_ms(self) -> int:
+        """segment.ms, lowered to max.compaction.lag.ms on a compacted topic: the active
+        segment is never cleaned, so it must roll for a record to be compacted in time
+        (KIP-354)."""
+        if self.compact and 0 <= self.max_compaction_lag_ms < self.segment_ms:
+            return self.max_compaction_lag_ms
+        return self.segment_ms
+
 
 # Kafka topic config name -> (LogConfig attribute, parser)
 _KAFKA_CONFIG_NAMES = {
@@ -117,6 +144,10 @@ _KAFKA_CONFIG_NAMES = {
     "max.message.bytes": ("max_message_bytes", int),
     "message.timestamp.type": ("message_timestamp_type", str),
     "cleanup.policy": ("cleanup_policy", str),
+    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", float),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", int),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", int),
+    "delete.retention.ms": ("delete_retention_ms", int),
 }
 
 
@@ -246,6 +277,8 @@ class Log:
             os.close(fd)
 
     def _load(self) -> None:
+        # A compaction swap interrupted by a crash is finished or undone first (cleaner.py).
+        complete_interrupted_swaps(self.directory)
         bases = []
         for p in self.directory.iterdir():
             name = p.name
@@ -387,11 +420,12 @@ class Log:
         # Kafka rolls by the first batch's timestamp; a producer sending old
         # timestamps would then roll a segment per batch, so canopy rolls by the
         # segment's creation time (kept in its index header across restarts).
-        if self.config.segment_ms < 0:
+        roll_ms = self.config.roll_ms
+        if roll_ms < 0:
             return False
         if now is None:
             now = int(time.time() * 1000)
-        return now - seg.created_ms > self.config.segment_ms
+        return now - seg.created_ms > roll_ms
 
     def maybe_roll(self, now_ms: int) -> bool:
         """Roll the active segment if it is non-empty and older than segment.ms."""
@@ -628,7 +662,7 @@ class Log:
         cfg = self.config
         deleted = 0
         total = self.size_bytes
-        while len(self._segments) > 1:
+        while len(self._segments) > 1 and cfg.delete:
             seg = self._segments[0]
             expired = False
             if cfg.retention_ms >= 0:
@@ -663,6 +697,7 @@ class Log:
         """
         if offset >= self.log_end_offset:
             return
+        self._forget_cleaner_progress()
         if offset < self.log_start_offset:
             self.truncate_fully_and_start_at(offset)
             return
@@ -684,6 +719,7 @@ class Log:
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete everything; the log restarts empty at ``offset``."""
+        self._forget_cleaner_progress()
         while self._segments:
             self._remove_segment(len(self._segments) - 1)
         new = Segment.create(self.directory, offset, int(time.time() * 1000))
@@ -696,6 +732,15 @@ class Log:
             self.log_start_offset = self.log_end_offset = offset
             self.flushed_offset = offset
         self._write_checkpoint(offset)
+
+    def _forget_cleaner_progress(self) -> None:
+        """A truncation may cut below where the cleaner stopped; what is appended after it
+        is dirty again, so the next cleaning of a compacted log starts over (Kafka's
+        cleaner manager resets its checkpoint on truncation too)."""
+        try:
+            (self.directory / CLEANER_CHECKPOINT).unlink()
+        except FileNotFoundError:
+            pass
 
     # -- durability -----------------------------------------------------------
 

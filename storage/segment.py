@@ -93,6 +93,7 @@ INDEX_MAGIC = b"CNPYIX01"
 INDEX_HEADER_SIZE = 64
 INDEX_HEADER = struct.Struct("<8sQQqq16s")
 _BOOT_ID_AT = 40
+_SPARSE_AT = 56
 ENTRY = struct.Struct("<qqqII")
 ENTRY_SIZE = ENTRY.size  # 32
 # Native 'Q' packs with one memcpy of 8 bytes, i.e. one aligned store: a kill -9
@@ -186,6 +187,10 @@ class Segment:
         self.closed = False
         self.needs_dir_sync = False
         self.recovery_verified_bytes = 0
+        # Offsets may have gaps between batches (header field sparse_end != 0): a compacted
+        # log. Recovery then accepts a batch whose base offset is above the previous
+        # batch's last offset + 1, instead of calling it stale.
+        self.sparse = False
 
     # -- creation / opening -------------------------------------------------
 
@@ -271,6 +276,7 @@ class Segment:
         rebooted = header_ok and not same_boot
         if header_ok:
             self.created_ms = created_ms
+            self.sparse = _Q.unpack_from(hdr, _SPARSE_AT)[0] != 0
         else:
             # Index missing or garbage: nothing is trusted, rescan the whole file.
             committed, flushed = file_size, 0
@@ -330,9 +336,10 @@ class Segment:
                     except InvalidRecordBatch:
                         truncated = True
                         break
-                    if h.base_offset != last_offset + 1:
-                        # offsets are contiguous (canopy never compacts): a stale,
-                        # foreign or scribbled-on batch (baseOffset is outside the CRC)
+                    if h.base_offset != last_offset + 1 and not (
+                            self.sparse and h.base_offset > last_offset):
+                        # offsets are contiguous (unless the segment is compacted): a
+                        # stale, foreign or scribbled-on batch (baseOffset is outside the CRC)
                         truncated = True
                         break
                     self._put_entry(h.base_offset, h.last_offset, h.max_timestamp, pos, h.total_size)
@@ -375,7 +382,8 @@ class Segment:
         for i in range(first, n):
             base, last, ts, v = ix[s + 4 * i], ix[s + 4 * i + 1], ix[s + 4 * i + 2], ix[s + 4 * i + 3]
             pos, size = v & 0xFFFFFFFF, v >> 32
-            if base != prev_last + 1 or last < base or pos != prev_end or size <= 0 or ts < prev_ts:
+            if (base != prev_last + 1 and not (self.sparse and base > prev_last)) or last < base \
+                    or pos != prev_end or size <= 0 or ts < prev_ts:
                 return i
             prev_last, prev_end, prev_ts = last, pos + size, ts
         return n
@@ -537,6 +545,10 @@ class Segment:
         end = pos + n
         mm = self._log_mm
         i = self.entries
+        if base_offset != self.next_offset and not self.sparse:
+            # A follower copying a compacted log across a gap: flag the segment before
+            # the batch is committed, so recovery accepts the gap.
+            self.mark_sparse(-1)
         if i >= self._index_capacity:
             # before the data: a full disk must fail the append, not tear it
             self._map_index(self._index_capacity * 2)
@@ -578,6 +590,13 @@ class Segment:
         self.size = end
         self.next_offset = last_offset + 1
         return pos
+
+    def mark_sparse(self, sparse_end: int) -> None:
+        self.sparse = True
+        _Q.pack_into(self._index_mm, _SPARSE_AT, sparse_end)
+
+    def sparse_end(self) -> int:
+        return _Q.unpack_from(self._index_mm, _SPARSE_AT)[0]
 
     def truncate_entries(self, keep: int) -> None:
         """Drop entries [keep:] and their data (replication truncation)."""

@@ -111,7 +111,7 @@ class GroupCoordinator:
             return
         topic = self.broker.topics.get(OFFSETS_TOPIC)
         if topic is None:
-            topic = self.broker.topics.create(OFFSETS_TOPIC, 1, offsets_topic_configs(1))
+            topic = self.broker.topics.create(OFFSETS_TOPIC, 1, offsets_topic_configs(1, self.broker.config.offsets_topic_segment_bytes))
         for p in topic.partitions:
             self.on_partition_change(p, lost=False)
 
@@ -360,8 +360,8 @@ class GroupCoordinator:
         advance the log start offset to the snapshot's first offset. A crash at any point
         leaves a log that replays to the same table."""
         part = self.broker.topics.partition(OFFSETS_TOPIC, index)
-        if part is None or self._compacting or not part.is_leader:
-            return False
+        if part is None or self._compacting or not part.is_leader or part.log.config.compact:
+            return False   # a compacted offsets topic is the log cleaner's (storage/cleaner.py)
         log_ = part.log
         count = self._partition_count()
         mine = {gid: t for gid, t in self.offsets.groups.items() if partition_for(gid, count) == index}

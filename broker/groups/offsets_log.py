@@ -1,7 +1,8 @@
 """Committed offsets: the in-memory table and its durable form in ``__consumer_offsets``.
 
-Every OffsetCommit appends one record per partition to partition 0 of the internal topic
-``__consumer_offsets`` (a normal log of the storage engine, retention disabled) and is
+Every OffsetCommit appends one record per partition to a partition of the internal topic
+``__consumer_offsets`` (a compacted log, as in Kafka: the cleaner keeps the latest record
+per key, so the topic stays bounded by the live offsets plus one segment) and is
 answered only once the flush policy says the batch is durable. On start the log is
 replayed from its start offset; the last record for a key wins, so the table after replay
 equals the table before the restart.
@@ -34,17 +35,18 @@ from protocol.records import InvalidRecordBatch, iter_records, validate_batches
 log = logging.getLogger("canopy.groups")
 
 OFFSETS_TOPIC = "__consumer_offsets"
-# Kafka's offsets topic is compacted; canopy's storage has no compaction, so time/size
-# retention is off and the coordinator compacts by snapshot instead (coordinator.py:
-# re-append the live table, then advance the log start offset past the old records).
-# Small segments let the old records' files actually go away.
+# Kafka's offsets topic is compacted (cleanup.policy=compact, offsets.topic.segment.bytes):
+# the log cleaner (storage/cleaner.py) keeps the newest record per (group, topic,
+# partition) key and drops deleted offsets' tombstones after delete.retention.ms.
+# Offsets topics created by canopy before compaction existed keep their old configs and
+# the coordinator's snapshot compaction (coordinator.maybe_compact).
 
 
-def offsets_topic_configs(replication_factor: int) -> dict[str, str]:
+def offsets_topic_configs(replication_factor: int, segment_bytes: int = 16 << 20) -> dict[str, str]:
     """Replicated, a commit must reach two replicas before it is acknowledged, so any one
     broker can be lost with its disk (Kafka recommends min.insync.replicas=2 for the
     offsets topic)."""
-    return {"retention.ms": "-1", "retention.bytes": "-1", "segment.bytes": str(16 << 20),
+    return {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes),
             "min.insync.replicas": str(min(2, replication_factor))}
 
 

@@ -96,6 +96,11 @@ def broker_configs(broker) -> dict[str, str]:
         "num.partitions": str(c.num_partitions), "log.retention.ms": str(c.log_retention_ms),
         "log.retention.bytes": str(c.log_retention_bytes), "log.segment.bytes": str(c.log_segment_bytes),
         "message.max.bytes": str(c.message_max_bytes), "socket.request.max.bytes": str(c.max_request_bytes),
+        "log.cleaner.enable": str(c.log_cleaner_enable).lower(),
+        "log.cleaner.backoff.ms": str(c.log_cleaner_backoff_ms),
+        "log.cleaner.io.max.bytes.per.second":
+            str(c.log_cleaner_io_max_bytes_per_second if c.log_cleaner_io_max_bytes_per_second > 0
+                else 1.7976931348623157e308),
         "canopy.flush": c.flush, "broker.rack": c.rack or "",
         # default children per replica of new topics' trees (`canopy cluster describe` reads it)
         "canopy.fanout": str(c.fanout),

@@ -17,6 +17,9 @@ sets message.timestamp.before.max.ms / after.max.ms (or the older difference.max
 every record checked against them (INVALID_TIMESTAMP with record_errors, as Kafka). A
 topic whose compression.type names a codec (not ``producer``) gets every batch in another
 codec re-encoded with it before it is stored, as Kafka does.
+every record checked against them (INVALID_TIMESTAMP with record_errors, as Kafka).
+On a compacted topic every record's key is checked: a keyless record is INVALID_RECORD
+with a record error (Kafka's LogValidator), the whole batch refused.
 """
 from __future__ import annotations
 
@@ -25,8 +28,8 @@ import logging
 from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
 from protocol.records import (COMPRESSION_CODEC_MASK, NO_TIMESTAMP, TIMESTAMP_TYPE_MASK, BatchHeader,
-                              InvalidRecordBatch,
-                              max_timestamp_needs_recompute, record_timestamps, recompress_batch,
+                              InvalidRecordBatch, batch_records_section, max_timestamp_needs_recompute,
+                              record_spans, record_timestamps, recompress_batch,
                               set_create_time_max_timestamp, set_log_append_time,
                               validate_produce_records)
 from storage import LogOffline, StorageError
@@ -107,6 +110,20 @@ def _check_timestamp_bounds(stamps: list[int], before: int, after: int, now: int
             for i, ts in enumerate(stamps) if ts != NO_TIMESTAMP and not lo <= ts <= hi]
 
 
+def _keyless_records(records, partition) -> list:
+    """Kafka's LogValidator refuses a record without a key on a compacted topic (the
+    cleaner could never replace or delete it): one record error per keyless record."""
+    try:
+        h, body = batch_records_section(records)
+        spans = record_spans(h, body)
+    except InvalidRecordBatch as e:
+        return [{"batch_index": 0, "batch_index_error_message": str(e)}]
+    msg = (f"Compacted topic cannot accept message without key in topic partition "
+           f"{partition.topic.name}-{partition.index}.")
+    return [{"batch_index": i, "batch_index_error_message": msg}
+            for i, r in enumerate(spans) if r[2] is None]   # r: RecordSpan fields (key at 2)
+
+
 def produce_to_partition(broker, partition, records, version: int, acks: int = 1) -> dict:
     """Validate one partition's batch and append it. Returns the partition response."""
     index = partition.index
@@ -133,6 +150,12 @@ def produce_to_partition(broker, partition, records, version: int, acks: int = 1
         # its producer epoch and renumbering unacknowledged batches, duplicating any that
         # were appended (issue 10, disk-fsync-leader).
         return _partition_response(index, ErrorCode.KAFKA_STORAGE_ERROR, message=lg.offline)
+    if lg.config.compact:
+        errors = _keyless_records(records, partition)
+        if errors:
+            return _partition_response(index, ErrorCode.INVALID_RECORD,
+                                       message=errors[0]["batch_index_error_message"],
+                                       record_errors=errors)
     if acks == -1 and len(partition.replicas) > 1:
         # Kafka checks min.insync.replicas before appending: with too few in-sync
         # replicas an acks=all write could not be committed, so it is not written. The ISR

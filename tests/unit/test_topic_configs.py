@@ -37,12 +37,11 @@ def test_valid_configs_parse():
                       "leader.replication.throttled.replicas": []}
 
 
-def test_compaction_refusal_lives_in_one_switch(monkeypatch):
-    with pytest.raises(tc.ConfigError) as ei:
-        tc.validate({"cleanup.policy": "compact,delete"})
-    assert "log compaction is not available" in str(ei.value)
-    monkeypatch.setattr(tc, "COMPACTION_AVAILABLE", True)
+def test_cleanup_policies_of_kafka_are_accepted_and_others_refused():
     assert tc.validate({"cleanup.policy": "compact,delete"}) == {"cleanup.policy": ["compact", "delete"]}
+    assert tc.validate({"cleanup.policy": "compact"}) == {"cleanup.policy": ["compact"]}
+    with pytest.raises(tc.ConfigError):
+        tc.validate({"cleanup.policy": "shred"})
 
 
 def test_resolution_order_and_synonyms():
