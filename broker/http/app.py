@@ -20,7 +20,8 @@ from urllib.parse import parse_qs, unquote
 
 import trio
 
-from . import metrics, status, tail
+from ..security.acl import Operation, ResourceType
+from . import auth, metrics, status, tail
 
 log = logging.getLogger("canopy.http")
 
@@ -59,6 +60,16 @@ class App:
             return
         try:
             await self.route(scope, receive, send)
+        except auth.Refused as e:
+            if e.challenge:
+                body = _json_bytes({"error": e.error, "message": str(e)}) + b"\n"
+                await send({"type": "http.response.start", "status": e.status,
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"content-length", str(len(body)).encode()),
+                                        (b"www-authenticate", b'Basic realm="canopy"')]})
+                await send({"type": "http.response.body", "body": body})
+            else:
+                await _error(send, e.status, e.error, str(e))
         except tail.BadRequest as e:
             await _error(send, e.status, e.error, str(e), **e.extra)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -78,6 +89,14 @@ class App:
             await _error(send, 405, "METHOD_NOT_ALLOWED", f"{method} is not served; use GET")
             return
         query = scope.get("query_string", b"")
+        headers = scope.get("headers", [])
+        principal = await auth.principal_of(self.broker, headers)   # auth.Refused -> 401
+        host = (scope.get("client") or ("",))[0]
+        if path.startswith("/topics/"):
+            pass   # READ on the topic, checked below once the path is parsed
+        else:
+            auth.authorize(self.broker, principal, host, Operation.DESCRIBE, ResourceType.CLUSTER, "kafka-cluster")
+        credentials = dict(headers).get(b"authorization") if principal != auth.ANONYMOUS else None
         if path == "/metrics":
             await _respond(send, 200, metrics.render(self.registry), "text/plain; version=0.0.4; charset=utf-8")
         elif path == "/status.json":
@@ -85,10 +104,10 @@ class App:
             if q.get("scope", ["cluster"])[-1] == "local":
                 view = status.local_view(self.broker)
             else:
-                view = await status.cluster_view(self.broker)
+                view = await status.cluster_view(self.broker, credentials)
             await _respond(send, 200, _json_bytes(view), "application/json")
         elif path in ("/", "/index.html"):
-            view = await status.cluster_view(self.broker)
+            view = await status.cluster_view(self.broker, credentials)
             await _respond(send, 200, status.render_page(view).encode("utf-8"), "text/html; charset=utf-8")
         elif path.startswith("/topics/"):
             parts = path.split("/")
@@ -96,6 +115,7 @@ class App:
             if len(parts) != 6 or parts[3] != "partitions" or parts[5] != "records":
                 await _error(send, 404, "NOT_FOUND", "expected /topics/TOPIC/partitions/PARTITION/records")
                 return
+            auth.authorize(self.broker, principal, host, Operation.READ, ResourceType.TOPIC, unquote(parts[2]))
             await self.tail(unquote(parts[2]), unquote(parts[4]), query, receive, send)
         else:
             await _error(send, 404, "NOT_FOUND", f"no such page {path!r}; try /, /status.json, /metrics "

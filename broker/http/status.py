@@ -74,7 +74,9 @@ async def _peer_view(client: httpx.AsyncClient, addr: tuple[str, int]) -> dict |
     return None
 
 
-async def cluster_view(broker) -> dict:
+async def cluster_view(broker, authorization: bytes | None = None) -> dict:
+    """``authorization``: the caller's HTTP credentials, passed on to the other brokers
+    (each checks them itself: http/auth.py)."""
     cluster = broker.cluster
     me = local_view(broker)
     views = {broker.node_id: me}
@@ -82,7 +84,8 @@ async def cluster_view(broker) -> dict:
     if cluster.enabled:
         peers = {n: b.http for n, b in cluster.image.brokers.items() if n != broker.node_id and b.http}
         if peers:
-            async with httpx.AsyncClient(timeout=PEER_TIMEOUT_S) as client:
+            headers = {"authorization": authorization.decode("latin-1")} if authorization else None
+            async with httpx.AsyncClient(timeout=PEER_TIMEOUT_S, headers=headers) as client:
                 async def one(n, addr):
                     views[n] = await _peer_view(client, addr)
                 async with trio.open_nursery() as nursery:
