@@ -231,7 +231,12 @@ class Partition:
         """Clean shutdown: flush the log, then snapshot at its (now durable) end."""
         self._wait_snapshot_written()
         self.log.close()
-        if not self.log.offline:
+        lg = self.log
+        # Nothing to write for an empty log (nothing to replay either) or when a snapshot
+        # at the log end exists already (no append since): two fsyncs per partition would
+        # add up on a broker holding thousands of them.
+        if not lg.offline and lg.log_end_offset > lg.log_start_offset \
+                and not snapshot_path(lg.directory, lg.log_end_offset).exists():
             self.write_snapshot(wait=True)
 
     # -- roles --------------------------------------------------------------------

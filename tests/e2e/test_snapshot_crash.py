@@ -11,6 +11,8 @@ offset (nothing appended), and the next batch in sequence is accepted.
 """
 from __future__ import annotations
 
+import os
+import select
 import subprocess
 import time
 from pathlib import Path
@@ -60,12 +62,18 @@ def _attach(strace: str, pid: int, paths: list[Path], inject: str | None, out: P
         argv += ["-P", str(p)]
     if inject:
         argv += ["-e", f"inject={inject}"]
-    tracer = subprocess.Popen(argv + ["-p", str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    # strace names each thread it attaches to; the broker has a handful, wait for the first
-    # and give the others a moment.
-    line = tracer.stderr.readline()
-    assert b"attached" in line, line
-    time.sleep(1.0)
+    threads = len(os.listdir(f"/proc/{pid}/task"))
+    tracer = subprocess.Popen(argv + ["-p", str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              bufsize=0)
+    # strace reports each thread it attaches to (threads started later are followed by -f):
+    # wait until it holds all of them, so the injection cannot miss the writer thread.
+    attached, deadline = 0, time.monotonic() + 30
+    while attached < threads:
+        ready, _, _ = select.select([tracer.stderr], [], [], max(0.0, deadline - time.monotonic()))
+        assert ready, f"strace attached to {attached} of {threads} threads"
+        line = tracer.stderr.readline()
+        assert line, "strace exited"
+        attached += b"attached" in line
     return tracer
 
 

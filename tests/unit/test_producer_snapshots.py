@@ -127,7 +127,16 @@ def test_roll_writes_snapshots_and_restart_replays_only_the_tail(tmp_path):
     assert list_snapshots(q.log.directory)[-1] == q.log.log_end_offset   # clean shutdown
     r = _partition(tmp_path)
     assert _state(r) == expected
-    r.close()
+    at_end = snapshot_path(r.log.directory, r.log.log_end_offset)
+    before = at_end.stat().st_mtime_ns, at_end.stat().st_ino
+    r.close()   # nothing appended since the last clean shutdown: its snapshot stays
+    assert (at_end.stat().st_mtime_ns, at_end.stat().st_ino) == before
+
+
+def test_empty_log_writes_no_snapshot(tmp_path):
+    p = _partition(tmp_path)
+    p.close()
+    assert list_snapshots(p.log.directory) == []
 
 
 def test_damaged_newest_snapshot_falls_back_to_older(tmp_path, caplog):
