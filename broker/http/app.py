@@ -182,14 +182,14 @@ async def serve_http(broker, sock: socket.socket, task_status=trio.TASK_STATUS_I
 
 
 def tls_context(config):
-    """The HTTP port is no more open than the Kafka listeners: when every listener is SSL,
-    it serves HTTPS with the same certificate, truststore and ssl-client-auth (so with
+    """The HTTP port is no more open than the Kafka listeners: when every listener is SSL
+    or SASL_SSL, it serves HTTPS with the same certificate, truststore and ssl-client-auth (so with
     `required`, only clients with a certificate the broker trusts read /metrics or tail a
     partition). With a PLAINTEXT listener anyone can read the records over Kafka anyway,
     and brokers of a cluster talk PLAINTEXT, so the port stays plain HTTP."""
     listeners = config.listener_config.listeners
-    if not listeners or any(x.security_protocol != "SSL" for x in listeners):
-        return None
+    if not listeners or any(x.security_protocol not in ("SSL", "SASL_SSL") for x in listeners):
+        return None   # (SASL_SSL too: HTTP Basic passwords never cross in the clear where Kafka's do not)
     from ..security.tls import server_context
     ctx = server_context(config.ssl_keystore_location, config.ssl_key_password, config.ssl_truststore_location,
                          config.ssl_client_auth)
