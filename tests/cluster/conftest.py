@@ -12,6 +12,7 @@ listener, or the HTTP port, `ports: ["H:C"]`) becomes a free port P on 127.0.0.1
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -244,6 +245,37 @@ def partition_metadata(bootstrap: str, topic: str) -> dict:
     # (A partition whose leader is gone answers LEADER_NOT_AVAILABLE with leader -1.)
     return {p["partition_index"]: (p["leader_id"], p["leader_epoch"], list(p["replica_nodes"]),
                                    list(p["isr_nodes"])) for p in t["partitions"]}
+
+
+def wait_formed(bootstraps, count: int) -> None:
+    """Every broker (by one bootstrap address each) sees ``count`` registered brokers and an
+    elected controller."""
+    wait_for(lambda: all(len(cluster_metadata(b, [])["brokers"]) == count
+                         and cluster_metadata(b, [])["controller_id"] > 0 for b in bootstraps),
+             f"all {count} brokers registered and a controller elected")
+
+
+@contextlib.contextmanager
+def etcd_brokers(tmp_path, etcd_cluster, hosts: dict[int, str], extra_args=lambda n, host: [], env=None):
+    """One `canopy serve` per host on a shared port, members of the etcd cluster, started
+    and formed; always stopped (resumed first, should a test have paused one)."""
+    from tests.e2e.conftest import BrokerProcess
+    port = free_port(hosts[min(hosts)])
+    brokers = {}
+    try:
+        for n, h in hosts.items():
+            b = BrokerProcess(tmp_path / f"node{n}", port=port, host=h,
+                              extra_args=["--node-id", str(n), "--rack", f"rack-{n}", *extra_args(n, h)],
+                              env={"CANOPY_METADATA_STORE": etcd_cluster.endpoints, **(env or {})})
+            brokers[n] = b
+            b.start()
+        wait_formed([b.bootstrap for b in brokers.values()], len(hosts))
+        yield brokers
+    finally:
+        for b in brokers.values():
+            if b.proc is not None and b.proc.poll() is None:
+                b.proc.send_signal(signal.SIGCONT)
+            b.stop()
 
 
 def wait_for(cond, what: str, timeout: float = 30.0, interval: float = 0.1):

@@ -21,7 +21,7 @@ from tests.e2e.conftest import free_port
 from tests.e2e.test_acl import ADMIN, ALICE, AclCerts, binding, confluent_admin, create, produce_error
 from tests.e2e.test_listeners import ListenersBroker
 
-from .conftest import cluster_metadata, wait_for
+from .conftest import cluster_metadata, wait_for, wait_formed
 
 HOSTS = {1: "127.0.0.31", 2: "127.0.0.32"}
 EVERYTHING = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
@@ -66,9 +66,7 @@ def acl_cluster(tmp_path, etcd_cluster, certs):
     try:
         for node in nodes.values():
             node.start()
-        wait_for(lambda: all(len(cluster_metadata(x.plain, [])["brokers"]) == 2
-                             and cluster_metadata(x.plain, [])["controller_id"] > 0 for x in nodes.values()),
-                 "both brokers registered and a controller elected")
+        wait_formed([x.plain for x in nodes.values()], 2)
         yield nodes
     finally:
         for node in nodes.values():

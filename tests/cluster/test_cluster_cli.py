@@ -12,9 +12,9 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.e2e.conftest import CANOPY, BrokerProcess, free_port
+from tests.e2e.conftest import CANOPY, free_port
 
-from .conftest import cluster_metadata
+from .conftest import cluster_metadata, etcd_brokers
 from .conftest import partition_metadata as metadata
 from .conftest import wait_for
 
@@ -23,23 +23,9 @@ HOSTS = {1: "127.0.0.11", 2: "127.0.0.12", 3: "127.0.0.13"}
 
 @pytest.fixture
 def cluster3(tmp_path, etcd_cluster):
-    port = free_port(HOSTS[1])
-    brokers = {}
-    try:
-        for n, h in HOSTS.items():
-            b = BrokerProcess(tmp_path / f"node{n}", port=port, host=h,
-                              extra_args=["--node-id", str(n), "--rack", f"rack-{n}"],
-                              env={"CANOPY_METADATA_STORE": etcd_cluster.endpoints, "CANOPY_FANOUT": "2",
-                                   "CANOPY_MIN_INSYNC_REPLICAS": "2"})
-            brokers[n] = b
-            b.start()
-        wait_for(lambda: all(len(cluster_metadata(b.bootstrap, [])["brokers"]) == 3
-                             and cluster_metadata(b.bootstrap, [])["controller_id"] > 0 for b in brokers.values()),
-                 "every broker registered and a controller elected")
+    with etcd_brokers(tmp_path, etcd_cluster, HOSTS,
+                      env={"CANOPY_FANOUT": "2", "CANOPY_MIN_INSYNC_REPLICAS": "2"}) as brokers:
         yield brokers
-    finally:
-        for b in brokers.values():
-            b.stop()
 
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -15,7 +15,7 @@ from kafka import KafkaProducer
 from tests.e2e.conftest import CANOPY, free_port
 from tests.e2e.test_listeners import ListenersBroker
 
-from .conftest import cluster_metadata, partition_metadata, wait_for
+from .conftest import cluster_metadata, partition_metadata, wait_for, wait_formed
 from .test_replication import fetch_all
 
 HOSTS = {1: "127.0.0.11", 2: "127.0.0.12", 3: "127.0.0.13"}
@@ -59,9 +59,7 @@ def test_replication_tree_over_sasl_ssl(tmp_path, etcd_cluster):
     _users_add(etcd_cluster.endpoints, "broker", BROKER_PASSWORD, "--mechanism", "SCRAM-SHA-512")
     brokers = _start(tmp_path, etcd_cluster, ca_pem, server_pem)
     try:
-        wait_for(lambda: all(len(cluster_metadata(b.client, [])["brokers"]) == 3
-                             and cluster_metadata(b.client, [])["controller_id"] > 0 for b in brokers.values()),
-                 "every broker registered and a controller elected")
+        wait_formed([b.client for b in brokers.values()], 3)
         controller = cluster_metadata(brokers[1].client, [])["controller_id"]
         other = next(n for n in brokers if n != controller)
         # CreateTopics on a broker that is not the controller: forwarded over SASL_SSL.

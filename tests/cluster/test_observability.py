@@ -3,7 +3,6 @@
 produce; a follower killed with SIGKILL and restarted."""
 from __future__ import annotations
 
-import signal
 import time
 import urllib.request
 
@@ -11,42 +10,27 @@ import pytest
 from kafka import KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.conftest import BrokerProcess, free_port
+from tests.e2e.conftest import free_port
 from tests.e2e.rawclient import RawClient, make_batch, produce
 
-from .conftest import cluster_metadata, partition_metadata, wait_for
+from .conftest import cluster_metadata, etcd_brokers, partition_metadata, wait_for
 
 HOSTS = {1: "127.0.0.11", 2: "127.0.0.12", 3: "127.0.0.13"}
 
 
 @pytest.fixture
 def http_cluster(tmp_path, etcd_cluster):
-    port = free_port(HOSTS[1])
-    brokers = {}
-    try:
-        for n, h in HOSTS.items():
-            b = BrokerProcess(tmp_path / f"node{n}", port=port, host=h,
-                              extra_args=["--node-id", str(n), "--rack", f"rack-{n}",
-                                          "--http-listen", f"{h}:{free_port(h)}"],
-                              env={"CANOPY_METADATA_STORE": etcd_cluster.endpoints, "CANOPY_FANOUT": "2",
-                                   "CANOPY_MIN_INSYNC_REPLICAS": "2", "CANOPY_REPLICA_LAG_TIME_MAX_MS": "3000",
-                                   "CANOPY_LEADER_FAILURE_TIMEOUT_MS": "3000",
-                                   # one unreplicated offsets partition: the under-replicated
-                                   # counts below are the test topic's alone
-                                   "CANOPY_OFFSETS_TOPIC_NUM_PARTITIONS": "1",
-                                   "CANOPY_OFFSETS_TOPIC_REPLICATION_FACTOR": "1"})
-            b.http = b.extra_args[-1]
-            brokers[n] = b
-            b.start()
-        wait_for(lambda: all(len(cluster_metadata(b.bootstrap, [])["brokers"]) == 3
-                             and cluster_metadata(b.bootstrap, [])["controller_id"] > 0 for b in brokers.values()),
-                 "every broker registered and a controller elected")
-        yield brokers
-    finally:
+    with etcd_brokers(tmp_path, etcd_cluster, HOSTS,
+                      extra_args=lambda n, h: ["--http-listen", f"{h}:{free_port(h)}"],
+                      env={"CANOPY_FANOUT": "2", "CANOPY_MIN_INSYNC_REPLICAS": "2",
+                           "CANOPY_REPLICA_LAG_TIME_MAX_MS": "3000", "CANOPY_LEADER_FAILURE_TIMEOUT_MS": "3000",
+                           # one unreplicated offsets partition: the under-replicated
+                           # counts below are the test topic's alone
+                           "CANOPY_OFFSETS_TOPIC_NUM_PARTITIONS": "1",
+                           "CANOPY_OFFSETS_TOPIC_REPLICATION_FACTOR": "1"}) as brokers:
         for b in brokers.values():
-            if b.proc is not None and b.proc.poll() is None:
-                b.proc.send_signal(signal.SIGCONT)
-            b.stop()
+            b.http = b.extra_args[-1]
+        yield brokers
 
 
 def scrape(broker) -> dict[str, dict[tuple, float]]:
