@@ -17,7 +17,7 @@ from protocol.errors import ErrorCode
 from protocol.records import iter_records
 
 from tests.e2e.conftest import require_tool
-from tests.e2e.rawclient import RawClient, make_batch, produce
+from tests.e2e.rawclient import RawClient, init_producer_id, make_batch, produce
 
 from .conftest import wait_for
 
@@ -126,10 +126,8 @@ def test_idempotent_batch_at_a_follower_is_refused_not_forwarded(cluster):
     cluster.create_topic("idem-fwd", configs={"min.insync.replicas": "2"})
     leader, _, replicas, _ = tree_of(cluster, "idem-fwd")
     c = RawClient(cluster.nodes[leader].bootstrap)
-    r = c.request(22, 4, {"transactional_id": None, "transaction_timeout_ms": 60000,
-                          "producer_id": -1, "producer_epoch": -1})
+    pid, epoch = init_producer_id(c)
     c.close()
-    pid, epoch = r["producer_id"], r["producer_epoch"]
     c = RawClient(cluster.nodes[replicas[1]].bootstrap)
     r = produce(c, "idem-fwd", make_batch([b"idem-0"], producer_id=pid, producer_epoch=epoch,
                                           base_sequence=0), acks=-1)

@@ -85,6 +85,14 @@ def make_batch(values, timestamp=1_700_000_000_000, producer_id=-1, producer_epo
     return bytearray(b.build())
 
 
+def init_producer_id(client: RawClient) -> tuple[int, int]:
+    """InitProducerId v4 for an idempotent (non-transactional) producer: (id, epoch)."""
+    r = client.request(22, 4, {"transactional_id": None, "transaction_timeout_ms": 60000,
+                               "producer_id": -1, "producer_epoch": -1})
+    assert r["error_code"] == 0, r
+    return r["producer_id"], r["producer_epoch"]
+
+
 def produce(client: RawClient, topic: str, records: bytes, acks: int = 1, version: int = 9,
             timeout_ms: int = 5000) -> dict:
     resp = client.request(ApiKey.PRODUCE, version, {

@@ -309,22 +309,20 @@ def test_compression_type_recompresses_on_produce(broker, request):
 def test_offset_delete_log_dirs_and_producers_raw(broker, request):
     from protocol.errors import ErrorCode
     from protocol.messages import ApiKey
-    from .rawclient import RawClient, create_topic as raw_create, make_batch, produce as raw_produce
+    from .rawclient import RawClient, create_topic as raw_create, init_producer_id, make_batch, produce as raw_produce
     client = RawClient(broker.bootstrap)
     try:
         topic = unique_topic(request, "raw")
         raw_create(client, topic)
-        pid = client.request(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": None, "transaction_timeout_ms": 60000,
-                                                          "producer_id": -1, "producer_epoch": -1})
-        batch = make_batch([b"a", b"b", b"c"], producer_id=pid["producer_id"], producer_epoch=pid["producer_epoch"],
-                           base_sequence=0)
+        pid, epoch = init_producer_id(client)
+        batch = make_batch([b"a", b"b", b"c"], producer_id=pid, producer_epoch=epoch, base_sequence=0)
         assert raw_produce(client, topic, batch)["error_code"] == 0
 
         r = client.request(ApiKey.DESCRIBE_PRODUCERS, 0, {"topics": [{"name": topic, "partition_indexes": [0, 5]}]})
         p0, p5 = r["topics"][0]["partitions"]
         assert p0["error_code"] == 0
         assert [(a["producer_id"], a["producer_epoch"], a["last_sequence"]) for a in p0["active_producers"]] == \
-            [(pid["producer_id"], pid["producer_epoch"], 2)]
+            [(pid, epoch, 2)]
         assert p5["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
         r = client.request(ApiKey.DESCRIBE_LOG_DIRS, 4, {"topics": [{"topic": topic, "partitions": [0]}]})

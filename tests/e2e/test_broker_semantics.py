@@ -12,7 +12,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
 from protocol.records import BatchHeader, iter_records
 
-from .rawclient import RawClient, create_topic, end_offset, make_batch, produce
+from .rawclient import RawClient, create_topic, end_offset, init_producer_id, make_batch, produce
 
 
 @pytest.fixture
@@ -20,13 +20,6 @@ def client(broker):
     c = RawClient(broker.bootstrap)
     yield c
     c.close()
-
-
-def _init_pid(client) -> tuple[int, int]:
-    r = client.request(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": None, "transaction_timeout_ms": 60000,
-                                                    "producer_id": -1, "producer_epoch": -1})
-    assert r["error_code"] == 0
-    return r["producer_id"], r["producer_epoch"]
 
 
 def _fetch(client, topic, offset, partition_max=1 << 20, max_bytes=1 << 30, max_wait=0, min_bytes=0, version=12):
@@ -50,7 +43,7 @@ def _batches(records: bytes) -> list[BatchHeader]:
 
 def test_idempotent_retry_of_last_five_is_answered_with_original_offsets(broker, client):
     create_topic(client, "idem")
-    pid, epoch = _init_pid(client)
+    pid, epoch = init_producer_id(client)
     batches = [make_batch([b"m%d" % i, b"n%d" % i], producer_id=pid, producer_epoch=epoch, base_sequence=2 * i)
                for i in range(7)]
     offsets = [produce(client, "idem", b, acks=-1)["base_offset"] for b in batches]
@@ -66,7 +59,7 @@ def test_idempotent_retry_of_last_five_is_answered_with_original_offsets(broker,
 
 def test_sequence_gap_is_out_of_order(broker, client):
     create_topic(client, "gap")
-    pid, epoch = _init_pid(client)
+    pid, epoch = init_producer_id(client)
     assert produce(client, "gap", make_batch([b"a"], producer_id=pid, producer_epoch=epoch, base_sequence=0))["error_code"] == 0
     r = produce(client, "gap", make_batch([b"c"], producer_id=pid, producer_epoch=epoch, base_sequence=2))
     assert r["error_code"] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
@@ -76,7 +69,7 @@ def test_sequence_gap_is_out_of_order(broker, client):
 
 def test_older_epoch_is_fenced(broker, client):
     create_topic(client, "fence")
-    pid, _ = _init_pid(client)
+    pid, _ = init_producer_id(client)
     assert produce(client, "fence", make_batch([b"a"], producer_id=pid, producer_epoch=3, base_sequence=0))["error_code"] == 0
     r = produce(client, "fence", make_batch([b"b"], producer_id=pid, producer_epoch=2, base_sequence=1))
     assert r["error_code"] == ErrorCode.INVALID_PRODUCER_EPOCH
@@ -86,7 +79,7 @@ def test_producer_state_survives_restart(broker_factory, tmp_path):
     b = broker_factory("restart")
     c = RawClient(b.bootstrap)
     create_topic(c, "state")
-    pid, epoch = _init_pid(c)
+    pid, epoch = init_producer_id(c)
     sent = [make_batch([b"x%d" % i], producer_id=pid, producer_epoch=epoch, base_sequence=i) for i in range(3)]
     for s in sent:
         produce(c, "state", s, acks=-1)
@@ -99,7 +92,7 @@ def test_producer_state_survives_restart(broker_factory, tmp_path):
     r = produce(c, "state", make_batch([b"y"], producer_id=pid, producer_epoch=epoch, base_sequence=5))
     assert r["error_code"] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     # New producer ids never repeat one handed out before the restart.
-    assert _init_pid(c)[0] > pid
+    assert init_producer_id(c)[0] > pid
     assert end_offset(c, "state") == 3
     c.close()
 

@@ -23,7 +23,7 @@ from broker.producer_state import decode_snapshot
 from protocol.messages import ApiKey
 
 from .conftest import BrokerProcess, require_tool
-from .rawclient import RawClient, create_topic, end_offset, make_batch, produce
+from .rawclient import RawClient, create_topic, end_offset, init_producer_id, make_batch, produce
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -93,10 +93,7 @@ def test_kill9_at_every_step_of_snapshot_writing(tmp_path):
             c = RawClient(b.bootstrap)
             if pid is None:
                 create_topic(c, topic, {"segment.bytes": str(SEGMENT_BYTES)})
-                r = c.request(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": None, "transaction_timeout_ms": 60000,
-                                                           "producer_id": -1, "producer_epoch": -1})
-                assert r["error_code"] == 0
-                pid, epoch = r["producer_id"], r["producer_epoch"]
+                pid, epoch = init_producer_id(c)
             else:
                 seq = _check_after_restart(c, topic, acked, batches, seq)
             size = len(_batch(pid, epoch, seq))

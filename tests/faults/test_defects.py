@@ -5,7 +5,7 @@ import pytest
 
 from protocol.errors import ErrorCode
 from protocol.records import iter_records
-from tests.e2e.rawclient import RawClient, make_batch, produce
+from tests.e2e.rawclient import RawClient, init_producer_id, make_batch, produce
 
 from .cluster import FaultCluster, wait_for
 from .history import iter_all_records
@@ -118,9 +118,7 @@ def test_offline_log_answers_storage_error_before_the_sequence_check(tmp_path):
         node = cluster.nodes[1]
         cluster.create_topic("idem-offline", 1)
         c = RawClient(node.bootstrap)
-        r = c.request(22, 4, {"transactional_id": None, "transaction_timeout_ms": 60000,
-                              "producer_id": -1, "producer_epoch": -1})
-        pid, epoch = r["producer_id"], r["producer_epoch"]
+        pid, epoch = init_producer_id(c)
 
         def send(seq):
             return produce(c, "idem-offline", make_batch([b"s%d" % seq], producer_id=pid, producer_epoch=epoch,
