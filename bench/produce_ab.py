@@ -85,8 +85,9 @@ def micro(base_dir: Path, repeat: int = 40, real_log: bool = True) -> list:
                 else:
                     done = AppendResult(0, n - 1, 0, 0)
                     lg = SimpleNamespace(append=lambda records, leader_epoch: done,
-                                         log_start_offset=0, close=lambda: None)
-                topic = SimpleNamespace(name="micro", timestamp_type="CreateTime", configs={})
+                                         log_start_offset=0, offline=None, close=lambda: None,
+                                        config=SimpleNamespace(compact=False))
+                topic = SimpleNamespace(name="micro", timestamp_type="CreateTime", configs={}, target_codec=None)
                 part = SimpleNamespace(index=0, topic=topic, log=lg, replicas=[0], leader_epoch=0,
                                        producers=ProducerStateTable(),
                                        on_leader_append=lambda off: None,
@@ -171,6 +172,13 @@ def main() -> int:
         print(f"| {size} B | {best['before']:.0f} / {med['before']:.0f} | "
               f"{best['after']:.0f} / {med['after']:.0f} | {best['after'] / best['before']:.3f} | "
               f"{med['after'] / med['before']:.3f} | {cpu['before']:.2f} / {cpu['after']:.2f} |")
+    print("\n| size | revision | broker CPU µs/msg min | median | max | per round |")
+    print("|---|---|---:|---:|---:|---|")
+    for size in sizes:
+        for rev in revisions:
+            cpus = [r["broker_cpu_us_per_msg"] for r in results[(rev, size)]]
+            print(f"| {size} B | {rev} | {min(cpus):.2f} | {statistics.median(cpus):.2f} | {max(cpus):.2f} | "
+                  + ", ".join(f"{c:.2f}" for c in cpus) + " |")
     for size in sizes:
         for rev in revisions:
             print(f"  {rev} {size} B msg/s per round: "

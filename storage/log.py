@@ -709,7 +709,7 @@ class Log:
             base = seg._entry_base(keep)
             if base < offset:
                 offset = base
-        if seg._log_mm is None:
+        if not seg.active:
             seg.activate(self.config.segment_bytes)
         seg.truncate_entries(keep)
         with self._lock:

@@ -2,11 +2,12 @@
 
 ``<base>.log`` holds v2 record batches exactly as they go on the wire, so a
 Fetch is a sendfile of a byte range.  The active segment's file is extended
-sparsely to the segment size and mmap'd; batches are copied into the mapping
-and baseOffset/partitionLeaderEpoch are patched in the mapped bytes.  Pages
-ahead of the write position are pre-faulted with MADV_POPULATE_WRITE because a
-first-touch fault per 4 KiB page makes small appends ~5x slower.  Once rolled,
-a segment is trimmed to its data length and unmapped; reads go through its fd.
+sparsely to the segment size; each batch is written at the log end with one
+``pwritev`` of a patched 16-byte header (baseOffset, batchLength,
+partitionLeaderEpoch) and the rest of the batch from the receive buffer, so every
+page is written once and no page fault is taken.  Disk blocks are reserved ahead
+in chunks.  Once rolled, a segment is trimmed to its data length.  The index is
+mmap'd: entries and the commit point are stores into the mapping.
 
 ``<base>.index`` (all fields little-endian)::
 
@@ -72,12 +73,13 @@ _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 def _allocate(fd: int, offset: int, length: int) -> None:
-    """Reserve disk blocks for [offset, offset+length) of a file we mmap.
+    """Reserve disk blocks for [offset, offset+length) of a segment file.
 
-    A store into a mapped page of a sparse file whose block cannot be allocated
-    (disk full) is not an error return but SIGBUS, which kills the process; so
-    every page is allocated with posix_fallocate before it is written through a
-    mapping, turning a full disk into a StorageFull exception instead."""
+    A full disk then fails the reservation (StorageFull) before any byte of a batch
+    is written, and a failed fallocate takes no blocks, where a short write would
+    keep the ones it took.  The index is written through a mapping: a store into a
+    mapped page whose block cannot be allocated is SIGBUS, which kills the process,
+    so its pages are always reserved first."""
     if length <= 0:
         return
     try:
@@ -109,15 +111,10 @@ _PATCH = struct.Struct(">qii")
 assert (BASE_OFFSET_OFFSET, BATCH_LENGTH_OFFSET, PARTITION_LEADER_EPOCH_OFFSET) == (0, 8, 12)
 
 PAGE = mmap.PAGESIZE
-MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # Linux 5.14+
-_MIN_PREFAULT = 16 << 10
-_MAX_PREFAULT = 16 << 20
-# Zeros written ahead of the data through the page cache (see _prefault). calloc'd:
-# reading them maps the shared zero page, so this costs no resident memory.
-_ZEROS = memoryview(bytes(_MAX_PREFAULT))
+# Disk blocks reserved ahead of the log end (see Segment._reserve).
+_MIN_RESERVE = 16 << 10
+_MAX_RESERVE = 16 << 20
 _INITIAL_INDEX_ENTRIES = 256
-# Batches at least this big are written with pwrite instead of through the mapping.
-LARGE_WRITE = 128 << 10
 # Same-boot recovery still re-verifies this much of a segment's tail.
 SAME_BOOT_TAIL_CHECK = 64 << 10
 # Recovery checks this many of an index's last entries for consistency.
@@ -162,12 +159,11 @@ class Segment:
         self.index_path = directory / (segment_name(base_offset) + ".index")
         self.log_fd = -1
         self.index_fd = -1
-        self._log_mm: mmap.mmap | None = None   # only while active
+        self.active = False       # the log's last segment, open for appends
         self._index_mm: mmap.mmap | None = None
         self._ix: memoryview | None = None    # int64 view of _index_mm (see _map_index)
-        self._map_size = 0        # bytes of .log mapped (active segment)
-        self._faulted = 0         # .log bytes pre-faulted so far
-        self._populate = True     # MADV_POPULATE_WRITE works on this kernel
+        self._map_size = 0        # .log file size while active (sparse past `size`)
+        self._reserved = 0        # .log bytes with disk blocks reserved (see _reserve)
         self._index_capacity = 0  # entries the .index file/mapping can hold
         self.size = 0             # committed length
         self.flushed_length = 0
@@ -490,60 +486,52 @@ class Segment:
 
     def activate(self, map_size: int) -> None:
         """Make this the active segment: extend the file sparsely to ``map_size``
-        and map it.  Sparse extension costs no disk blocks; blocks are allocated
-        as the pre-faulting runs ahead of the writes."""
+        (so appends inside it never change the file size, a metadata update per
+        write otherwise).  Sparse extension costs no disk blocks; they are
+        reserved ahead of the writes (see _reserve)."""
         map_size = _round_up(max(map_size, self.size + 1))
         # Writes in this boot follow: a later recovery must know which boot
         # made them (see the module doc).
         self._index_mm[_BOOT_ID_AT:_BOOT_ID_AT + 16] = BOOT_ID.ljust(16, b"\0")
         os.ftruncate(self.log_fd, map_size)
-        self._log_mm = mmap.mmap(self.log_fd, map_size)
+        self.active = True
         self._map_size = map_size
-        self._faulted = self.size // PAGE * PAGE
+        self._reserved = self.size // PAGE * PAGE
 
     def can_fit(self, nbytes: int) -> bool:
         return self.size + nbytes <= self._map_size
 
-    def _prefault(self, end: int) -> None:
-        # Pre-fault roughly as much as was written so far (16 KiB..16 MiB): a
-        # busy partition gets big chunks, thousands of idle ones stay small.
-        chunk = min(_MAX_PREFAULT, max(_MIN_PREFAULT, _round_up(self.size)))
+    def _reserve(self, end: int) -> None:
+        # Reserve disk blocks roughly as much as was written so far ahead (16 KiB..16
+        # MiB): one fallocate per chunk instead of one per batch. A busy partition gets
+        # big chunks, thousands of idle ones stay small. A full disk then fails here,
+        # before any byte of the batch is written.
+        chunk = min(_MAX_RESERVE, max(_MIN_RESERVE, _round_up(self.size)))
         target = min(self._map_size, _round_up(end + chunk))
-        if target > self._faulted:
-            try:
-                _allocate(self.log_fd, self._faulted, target - self._faulted)
-            except StorageFull:
-                # Not enough room for the whole chunk: allocate just this write
-                # (raises StorageFull again when even that does not fit).
-                target = _round_up(end)
-                _allocate(self.log_fd, self._faulted, target - self._faulted)
-        if target > self._faulted:
-            # The first store into a file page that is not yet in the page cache costs
-            # ~2-4 ms on this machine (ext4), however few pages it covers: a produce to
-            # 1 000 fresh partitions spent 76 % of the broker's time in this madvise.
-            # pwrite of zeros puts the pages in the page cache for ~20 µs per 20 KiB
-            # (16 MiB: ~2 ms instead of 13-47 ms), and populating them is then cheap.
-            # Never below self.size: the page holding the log end has live data.
-            pos = max(self._faulted, self.size)
-            while pos < target:
-                pos += os.pwrite(self.log_fd, _ZEROS[:min(len(_ZEROS), target - pos)], pos)
-        if self._populate and target > self._faulted:
-            try:
-                self._log_mm.madvise(MADV_POPULATE_WRITE, self._faulted, target - self._faulted)
-            except (OSError, ValueError):
-                self._populate = False  # old kernel: let the writes fault pages in
-        self._faulted = target
+        try:
+            _allocate(self.log_fd, self._reserved, target - self._reserved)
+        except StorageFull:
+            # Not enough room for the whole chunk: reserve just this write
+            # (raises StorageFull again when even that does not fit).
+            target = _round_up(end)
+            _allocate(self.log_fd, self._reserved, target - self._reserved)
+        self._reserved = target
 
     def append(self, batch, base_offset: int, last_offset: int, max_timestamp: int,
                leader_epoch: int | None) -> int:
-        """Copy one batch in, patch baseOffset (and partitionLeaderEpoch unless
-        None) in the mapping, index it, then commit.  Returns its position.
-        Replicated batches already carry their offset; patching it again with
-        the same value keeps them byte for byte.  (The hot path: kept inline.)"""
+        """Write one batch at the log end, index it, then commit.  Returns its position.
+
+        One ``pwritev`` puts each byte in the page cache exactly once: the leader's
+        baseOffset and partitionLeaderEpoch (outside the CRC'd range) go in a 16-byte
+        patched header, followed by the rest of the batch straight from the receive
+        buffer.  (Copying through a mapping of the file instead wrote every page twice,
+        zeros to pre-fault it and then the batch, and stores into pages under writeback
+        took a page fault each: the ~3 µs/record "slow mode" of issue 15.)  Replicated
+        batches (leader_epoch None) already carry their offsets and are written as they
+        came.  (The hot path: kept inline.)"""
         pos = self.size
         n = len(batch)
         end = pos + n
-        mm = self._log_mm
         i = self.entries
         if base_offset != self.next_offset and not self.sparse:
             # A follower copying a compacted log across a gap: flag the segment before
@@ -552,33 +540,21 @@ class Segment:
         if i >= self._index_capacity:
             # before the data: a full disk must fail the append, not tear it
             self._map_index(self._index_capacity * 2)
-        if n >= LARGE_WRITE:
-            # Big batches: pwrite into the page cache directly, which beats
-            # pre-faulting + copying through the mapping ~2x (no page zeroing,
-            # no PTEs); the patch below then maps only the first page.
-            # Allocate first: a short pwrite on a full disk would keep the blocks
-            # it took; a failed fallocate takes nothing.
-            if end > self._faulted:
-                _allocate(self.log_fd, self._faulted, _round_up(end) - self._faulted)
-            try:
+        if end > self._reserved:
+            self._reserve(end)
+        try:
+            if leader_epoch is None:
                 written = os.pwrite(self.log_fd, batch, pos)
-            except OSError as e:
-                if e.errno in _NO_SPACE:
-                    raise StorageFull(e.errno, f"no space left to write {n} bytes: {e.strerror}") from None
-                raise
-            if written != n:  # short write: the disk filled up part way
-                raise StorageFull(errno.ENOSPC, f"no space left: wrote {written} of {n} bytes")
-            if end > self._faulted:
-                self._faulted = end // PAGE * PAGE
-        else:
-            if end > self._faulted:
-                self._prefault(end)
-            mm[pos:end] = batch
-        if leader_epoch is None:
-            _Q_BE.pack_into(mm, pos, base_offset)
-        else:
-            # baseOffset, batchLength (unchanged), partitionLeaderEpoch in one store
-            _PATCH.pack_into(mm, pos, base_offset, n - 12, leader_epoch)
+            else:
+                # baseOffset, batchLength (unchanged), partitionLeaderEpoch in one header
+                written = os.pwritev(self.log_fd, (_PATCH.pack(base_offset, n - 12, leader_epoch),
+                                                   memoryview(batch)[_PATCH.size:]), pos)
+        except OSError as e:
+            if e.errno in _NO_SPACE:
+                raise StorageFull(e.errno, f"no space left to write {n} bytes: {e.strerror}") from None
+            raise
+        if written != n:  # short write: the disk filled up part way; nothing is committed
+            raise StorageFull(errno.ENOSPC, f"no space left: wrote {written} of {n} bytes")
         if max_timestamp > self.max_timestamp:
             self.max_timestamp = max_timestamp
         idx = self._index_mm
@@ -616,9 +592,7 @@ class Segment:
         # reuse the space: recovery trusts bytes below flushed_length unchecked.
         self._sync_index()
         map_size = self._map_size
-        if self._log_mm is not None:
-            self._log_mm.close()
-            self._log_mm = None
+        self.active = False
         # Shrinking then re-extending the file zeroes the dropped bytes, so the
         # area past `size` is clean preallocation again.
         os.ftruncate(self.log_fd, new_size)
@@ -626,13 +600,11 @@ class Segment:
             self.activate(map_size)
 
     def seal(self) -> None:
-        """Stop being the active segment: unmap and trim the sparse tail so the
-        file is exactly its data (Kafka trims preallocated segments on roll)."""
-        if self._log_mm is not None:
-            self._log_mm.close()
-            self._log_mm = None
+        """Stop being the active segment: trim the sparse tail so the file is
+        exactly its data (Kafka trims preallocated segments on roll)."""
+        self.active = False
         os.ftruncate(self.log_fd, self.size)
-        self._map_size = self._faulted = 0
+        self._map_size = self._reserved = 0
         # the index file keeps spare capacity mapped; trim it too
         cap = max(self.entries, 1)
         if cap < self._index_capacity:
@@ -678,13 +650,12 @@ class Segment:
         if self._ix is not None:
             self._ix.release()
             self._ix = None
-        for mm in (self._log_mm, self._index_mm):
-            if mm is not None:
-                try:
-                    mm.close()
-                except BufferError:
-                    pass
-        self._log_mm = self._index_mm = None
+        if self._index_mm is not None:
+            try:
+                self._index_mm.close()
+            except BufferError:
+                pass
+        self._index_mm = None
         for fd in (self.log_fd, self.index_fd):
             if fd >= 0:
                 os.close(fd)

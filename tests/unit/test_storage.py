@@ -657,15 +657,19 @@ def test_model(tmp_path_factory, ops):
     log.close()
 
 
-def test_large_batches_use_pwrite_path_and_round_trip(tmp_path):
-    from storage.segment import LARGE_WRITE
+def test_batches_of_every_size_round_trip_with_patched_headers(tmp_path):
+    """One pwritev per batch: the patched header (baseOffset, partitionLeaderEpoch)
+    and the rest of the caller's buffer, which is left as it was (it may be the
+    receive buffer of a request still being answered)."""
     d = tmp_path / "p"
     cfg = LogConfig(segment_bytes=1 << 20, max_message_bytes=1 << 22)
     log = Log(d, cfg)
-    big = batch(n=2, value=os.urandom(LARGE_WRITE))
+    big = batch(n=2, value=os.urandom(128 << 10))
     small = batch(n=1)
+    kept = (bytes(big), bytes(small))
     for i in range(12):
-        log.append(big if i % 3 else small, leader_epoch=4)
+        log.append(memoryview(big) if i % 3 else small, leader_epoch=4)
+    assert (bytes(big), bytes(small)) == kept
     data = log.read(0, 1 << 30).read_bytes()
     hs = R.validate_batches(data, strict=True)
     assert [h.partition_leader_epoch for h in hs] == [4] * 12
