@@ -32,6 +32,28 @@ def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
+class Pending:
+    """A handler's answer whose last step waits: an acks=all Produce waiting for the ISR,
+    or a `--flush always` one waiting for the group commit. The connection runs ``finish``
+    (returning the response body) in a task of its own and goes on reading the next
+    Produce meanwhile; responses are still written in request order (broker/server.py)."""
+    __slots__ = ("finish", "done", "response", "error")
+
+    def __init__(self, finish):
+        self.finish = finish
+        self.done = trio.Event()
+        self.response: dict | None = None
+        self.error: BaseException | None = None
+
+    async def run(self) -> None:
+        try:
+            self.response = await self.finish()
+        except Exception as e:   # re-raised where the response is written
+            self.error = e
+        finally:
+            self.done.set()
+
+
 class ProducerIdAllocator:
     """Hands out producer ids that are never reused, even across restarts.
 

@@ -1,9 +1,18 @@
 """The Trio server: one socket per listener, one task per connection, requests answered in order.
 
-Kafka processes one request per connection at a time (the socket server mutes a channel
-until its response is sent), and clients rely on responses arriving in request order;
-so a connection task reads a frame, runs its handler, writes the response, and only then
-looks at the next frame. Pipelined requests wait in the FrameReader's buffer.
+Clients rely on responses arriving in request order, and Kafka processes one request per
+connection at a time (the socket server mutes a channel until its response is sent). So
+a connection task reads a frame, runs its handler, writes the response, and only then
+looks at the next frame; pipelined requests wait in the FrameReader's buffer.
+
+One exception, for Produce: a handler whose last step only waits (acks=all for the ISR,
+`--flush always` for the group commit) returns a ``Pending``. Its wait runs in a task of
+the connection's own while the connection reads the next request; responses are still
+written strictly in request order by one writer task. Only Produce requests are read past
+a pending one (up to MAX_PIPELINED of them): their appends happen in request order, as
+they would one by one. Any other request waits until every earlier response is written,
+so it sees exactly what it would have seen on Kafka. Without this, a producer's
+acks=all throughput is one batch per replication round trip.
 """
 from __future__ import annotations
 
@@ -24,7 +33,7 @@ from protocol.schema import ExternalBytes, SchemaError
 
 from storage import LogOffline
 
-from .broker import Broker
+from .broker import Broker, Pending
 from .config import BrokerConfig
 from .handlers import HANDLERS
 from .handlers.api_versions import unsupported_version_response
@@ -36,12 +45,16 @@ _conn_ids = count(1)
 # Slow readers are cut off rather than buffered for (seed 000: "if a non-blocking write
 # is unable to write data, we just drop the connection"): a response goes out straight
 # from its encoded bytes and the segment files, never queued per connection, so each
-# connection holds at most one response; one that makes no progress for this long —
+# connection holds at most one response being written (plus up to MAX_PIPELINED Produce
+# answers waiting their turn: small dicts, no record bytes); one that makes no progress for this long —
 # the socket buffer full because the client stopped reading — closes the connection.
 SEND_TIMEOUT_S = int(os.environ.get("CANOPY_SEND_TIMEOUT_MS", "30000")) / 1000
 # A connection idle this long gives back its receive buffer (256 KiB); thousands of
 # idle clients then cost a socket and a task each, not a quarter MiB each.
 IDLE_RELEASE_S = 5.0
+# Produce requests of one connection whose ISR/fsync waits may run at once (librdkafka and
+# the Java producer keep up to 5 in flight with idempotence, more without).
+MAX_PIPELINED = 16
 
 
 class StalledReader(Exception):
@@ -109,6 +122,12 @@ class Connection:
             self.peer = self.host = "?"
         # Allocated when the first bytes arrive and dropped again while idle.
         self.reader: FrameReader | None = None
+        # Pipelined Produce answers (see the module doc): the writer task and its queue are
+        # made when the first Pending arrives; `_queued` counts responses not yet written.
+        self._nursery: trio.Nursery | None = None
+        self._responses: trio.MemorySendChannel | None = None
+        self._queued = 0
+        self._drained = trio.Event()
 
     async def wait_readable(self) -> None:
         await trio.lowlevel.wait_readable(self.stream.socket)
@@ -120,6 +139,18 @@ class Connection:
         stats = self.broker.stats
         stats.connections_open += 1
         stats.connections_total += 1
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await self._read_requests()
+                nursery.cancel_scope.cancel()   # the connection is done: drop pending answers
+        finally:
+            stats.connections_open -= 1
+            with trio.CancelScope(shield=True):
+                await self.stream.aclose()
+
+    async def _read_requests(self) -> None:
+        stats = self.broker.stats
         try:
             while True:
                 if self.reader is None:
@@ -146,10 +177,7 @@ class Connection:
                 if not await self.process(request):
                     stats.connection_failures += 1   # process() logged why
                     return
-        except FrameTooLarge as e:
-            stats.connection_failures += 1
-            log.warning("closing connection %s from %s: %s", self.id, self.peer, e)
-        except StalledReader as e:
+        except (FrameTooLarge, StalledReader) as e:
             stats.connection_failures += 1
             log.warning("closing connection %s from %s: %s", self.id, self.peer, e)
         except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
@@ -160,10 +188,6 @@ class Connection:
             # escaping this task would cancel the whole server nursery.
             stats.connection_failures += 1
             log.exception("connection %s from %s failed; closing it", self.id, self.peer)
-        finally:
-            stats.connections_open -= 1
-            with trio.CancelScope(shield=True):
-                await self.stream.aclose()
 
     async def process(self, request: memoryview) -> bool:
         """Handle one request frame. Returns False when the connection must close."""
@@ -173,6 +197,10 @@ class Connection:
             log.warning("closing connection %s from %s: malformed request header (%s)", self.id, self.peer, e)
             return False
         key, version = header.api_key, header.api_version
+        if self._queued and key != ApiKey.PRODUCE:
+            # Only Produce is read past a pending answer (module doc): anything else runs
+            # once every earlier response is written, as on Kafka.
+            await self._drained.wait()
         handler = HANDLERS.get(key)
         if handler is None or not handler.MIN_VERSION <= version <= handler.MAX_VERSION:
             if key == ApiKey.API_VERSIONS:
@@ -212,10 +240,56 @@ class Connection:
         if response is None:  # acks=0 produce: Kafka sends nothing back
             self.broker.stats.requests.record(key, time.perf_counter() - started, None)
             return True
+        if self._queued or isinstance(response, Pending):
+            await self._queue_response(header, key, version, started, response)
+            return True
         await self.send_response(header, key, version, response)
         # Kafka's TotalTimeMs: from the request read to its response written.
         self.broker.stats.requests.record(key, time.perf_counter() - started, response)
         return True
+
+    async def _queue_response(self, header, key: int, version: int, started: float, response) -> None:
+        if self._responses is None:
+            self._responses, receive = trio.open_memory_channel(MAX_PIPELINED)
+            self._nursery.start_soon(self._write_in_order, receive)
+        if self._queued == 0:
+            self._drained = trio.Event()
+        self._queued += 1
+        if isinstance(response, Pending):
+            self._nursery.start_soon(response.run)
+        # Blocks while MAX_PIPELINED answers wait: the next request is then not read.
+        await self._responses.send((header, key, version, started, response))
+
+    async def _write_in_order(self, receive: trio.MemoryReceiveChannel) -> None:
+        """The writer task: queued responses in request order, each once it is complete."""
+        stats = self.broker.stats
+        try:
+            async for header, key, version, started, response in receive:
+                if isinstance(response, Pending):
+                    await response.done.wait()
+                    if response.error is not None:
+                        raise response.error
+                    response = response.response
+                await self.send_response(header, key, version, response)
+                stats.requests.record(key, time.perf_counter() - started, response)
+                self._queued -= 1
+                if not self._queued:
+                    self._drained.set()
+            return
+        except LogOffline as e:
+            # As in process(): the fsync the request waited for failed, so it gets no answer.
+            stats.connection_failures += 1
+            log.warning("closing connection %s from %s: %s v%d not acknowledged: %s",
+                        self.id, self.peer, api(key).name, version, e)
+        except StalledReader as e:
+            stats.connection_failures += 1
+            log.warning("closing connection %s from %s: %s", self.id, self.peer, e)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
+            pass
+        except Exception:
+            stats.connection_failures += 1
+            log.exception("handler for %s v%d failed; closing connection %s", api(key).name, version, self.id)
+        self._nursery.cancel_scope.cancel()
 
     async def send_response(self, header, key: int, version: int, body: dict) -> None:
         a = api(key)

@@ -34,7 +34,7 @@ from protocol.records import (COMPRESSION_CODEC_MASK, NO_TIMESTAMP, TIMESTAMP_TY
                               validate_produce_records)
 from storage import LogOffline, StorageError
 
-from ..broker import now_ms
+from ..broker import Pending, now_ms
 from ..security.acl import Operation, ResourceType
 
 API_KEY = ApiKey.PRODUCE
@@ -291,35 +291,47 @@ async def handle(ctx, request: dict, version: int) -> dict | None:
         responses.append({"name": name, "partition_responses": parts})
     if acks == 0:
         return None
-    if appended:
-        try:
-            await broker.flusher.wait_durable()
-        except LogOffline as e:
-            # The fsync covering this request failed: nothing it appended is durable. Kafka
-            # fails such a request with KAFKA_STORAGE_ERROR (and takes the log directory
-            # offline); an idempotent retry of a batch that did reach the disk is answered
-            # with its original offsets later.
-            for t in responses:
-                for r in t["partition_responses"]:
-                    if r["error_code"] == 0:
-                        r.update(error_code=ErrorCode.KAFKA_STORAGE_ERROR, base_offset=-1,
-                                 error_message=f"not durable: {e}")
-            committed_waits = []
-    timeout_s = max(request["timeout_ms"], 0) / 1000
-    for p, offset, epoch, r in committed_waits:
-        # acks=all: answer once the high watermark covers the batch, i.e. every in-sync
-        # replica (leader counted) has it. Deeper tiers of the tree replicate asynchronously.
-        committed = await p.wait_for_high_watermark(offset, timeout_s)
-        if p.leader_epoch != epoch or not p.is_leader:
-            # Leadership moved while we waited (this broker was paused or cut off, say):
-            # the batch may have been truncated away here, so a success would acknowledge
-            # a record that exists nowhere. Kafka answers NOT_LEADER_OR_FOLLOWER and the
-            # (idempotent) producer retries at the new leader.
-            r.update(error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER, base_offset=-1, log_append_time_ms=-1,
-                     error_message=f"leader epoch moved from {epoch} to {p.leader_epoch} while waiting for the ISR")
-        elif not committed:
-            isr = p.isr()
-            r["error_code"] = (ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
-                               if len(isr) < min_insync_replicas(broker, p) else ErrorCode.REQUEST_TIMED_OUT)
-            r["error_message"] = f"not replicated to the ISR {isr} within {request['timeout_ms']} ms"
-    return {"responses": responses, "throttle_time_ms": 0}
+    response = {"responses": responses, "throttle_time_ms": 0}
+    if not committed_waits and not (appended and broker.flusher.policy == "always"):
+        return response
+
+    async def finish() -> dict:
+        nonlocal committed_waits
+        if appended:
+            try:
+                await broker.flusher.wait_durable()
+            except LogOffline as e:
+                # The fsync covering this request failed: nothing it appended is durable. Kafka
+                # fails such a request with KAFKA_STORAGE_ERROR (and takes the log directory
+                # offline); an idempotent retry of a batch that did reach the disk is answered
+                # with its original offsets later.
+                for t in responses:
+                    for r in t["partition_responses"]:
+                        if r["error_code"] == 0:
+                            r.update(error_code=ErrorCode.KAFKA_STORAGE_ERROR, base_offset=-1,
+                                     error_message=f"not durable: {e}")
+                committed_waits = []
+        timeout_s = max(request["timeout_ms"], 0) / 1000
+        for p, offset, epoch, r in committed_waits:
+            # acks=all: answer once the high watermark covers the batch, i.e. every in-sync
+            # replica (leader counted) has it. Deeper tiers of the tree replicate asynchronously.
+            committed = await p.wait_for_high_watermark(offset, timeout_s)
+            if p.leader_epoch != epoch or not p.is_leader:
+                # Leadership moved while we waited (this broker was paused or cut off, say):
+                # the batch may have been truncated away here, so a success would acknowledge
+                # a record that exists nowhere. Kafka answers NOT_LEADER_OR_FOLLOWER and the
+                # (idempotent) producer retries at the new leader.
+                r.update(error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER, base_offset=-1, log_append_time_ms=-1,
+                         error_message=f"leader epoch moved from {epoch} to {p.leader_epoch} while waiting for the ISR")
+            elif not committed:
+                isr = p.isr()
+                r["error_code"] = (ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+                                   if len(isr) < min_insync_replicas(broker, p) else ErrorCode.REQUEST_TIMED_OUT)
+                r["error_message"] = f"not replicated to the ISR {isr} within {request['timeout_ms']} ms"
+        return response
+
+    # The waits run while the connection reads the next Produce (broker/server.py): a
+    # producer's pipelined requests are appended back to back instead of one per ISR
+    # round trip, and their group commits and ISR waits overlap.
+    return Pending(finish)
+

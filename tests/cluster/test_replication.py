@@ -7,13 +7,16 @@ through etcd and may lead partitions like any broker): e.g. 1 (leader) -> 2, 3 ;
 from __future__ import annotations
 
 import hashlib
+import select
 import signal
+import struct
 import subprocess
 import threading
 import time
 
 from kafka import KafkaProducer
 from protocol.errors import ErrorCode
+from protocol.messages import ApiKey, api
 from protocol.records import iter_records
 
 from tests.e2e.conftest import require_tool
@@ -313,3 +316,48 @@ def test_leader_kill9_during_acks_all_ten_rounds(cluster):
     for v, off in acked.items():
         assert records[off][1] == v
     print(f"failover rounds: 10, acknowledged {len(acked)}, failover seconds {[round(x, 1) for x in failover_s]}")
+
+
+def test_produce_pipelined_past_an_acks_all_wait_answers_in_order(cluster):
+    """Issue 15: while an acks=all Produce waits for its ISR, the connection goes on reading
+    the next Produce requests and appends them (a producer's pipelined batches are not held
+    back one replication round trip each); the answers still come in request order, and a
+    request of another kind runs only once every earlier answer is written."""
+    cluster.create_topic("pipe", configs={"min.insync.replicas": "2"})
+    leader, _, replicas, _ = tree_of(cluster, "pipe")
+    wait_for(lambda: sorted(tree_of(cluster, "pipe")[3]) == sorted(replicas[:3]), "full ISR")
+    child = cluster.nodes[replicas[1]]
+    client = RawClient(cluster.bootstrap(leader))
+    child.signal(signal.SIGSTOP)   # the ISR cannot advance: the first produce must wait
+    try:
+        for acks, tag in ((-1, b"a"), (-1, b"b"), (1, b"c")):
+            client.send_only(ApiKey.PRODUCE, 9, {"acks": acks, "timeout_ms": 60_000, "topic_data": [
+                {"name": "pipe", "partition_data": [{"index": 0, "records": bytes(
+                    make_batch([tag + b"%d" % i for i in range(10)]))}]}]})
+        client.send_only(ApiKey.LIST_OFFSETS, 7, {"replica_id": -1, "topics": [
+            {"name": "pipe", "partitions": [{"partition_index": 0, "timestamp": -1}]}]})
+        # All three batches are appended while the first is still unanswered (the stopped
+        # child drops out of the ISR only after replica.lag.time.max.ms, 3 s here).
+        wait_for(lambda: cluster.log_end_offset(leader, "pipe") == 30, "three pipelined batches appended",
+                 timeout=2, interval=0.02)
+        readable, _, _ = select.select([client.sock], [], [], 0)
+        assert not readable, "the acks=all produce was answered before its ISR had the batch"
+    finally:
+        child.signal(signal.SIGCONT)
+    answers = []
+    for _ in range(4):
+        frame = client.recv_frame()
+        assert frame is not None, "connection closed"
+        answers.append(frame)
+    assert [struct.unpack_from(">i", f)[0] for f in answers] == [1, 2, 3, 4]   # request order
+    def body(key, version, f):
+        a = api(key)
+        return a.response.decode(f[4 + (1 if a.response_header_version(version) >= 1 else 0):], version)
+    produced = [body(ApiKey.PRODUCE, 9, f)["responses"][0]["partition_responses"][0] for f in answers[:3]]
+    assert [(p["error_code"], p["base_offset"]) for p in produced] == [(0, 0), (0, 10), (0, 20)]
+    latest = body(ApiKey.LIST_OFFSETS, 7, answers[3])["topics"][0]["partitions"][0]
+    # It ran after both acks=all answers, so the high watermark it reports covers them.
+    assert latest["error_code"] == 0 and latest["offset"] >= 20, latest
+    client.close()
+    values = [v for _, v in fetch_all(cluster.bootstrap(leader), "pipe", 30)]
+    assert values == [t + b"%d" % i for t in (b"a", b"b", b"c") for i in range(10)]
