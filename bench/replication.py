@@ -11,14 +11,19 @@ whichever broker etcd elects; each topic's tree is read back from Metadata: lead
 children -> one grandchild (the compose.yaml shape). Then it measures with confluent-kafka:
 
 - produce throughput, 1 KiB records, acks=1 and acks=all (idempotence off, linger 5 ms,
-  1 MiB batches), each on its own fresh topic; the ratio acks=all / acks=1 (target >= 0.6).
-- end-to-end latency leader -> grandchild: one record at a time (linger 0, acks=1) carrying
-  its send time; a consumer bootstrapped only to the grandchild with client.rack = the
-  grandchild's rack (KIP-392: the leader names it as preferred read replica) records the
-  arrival time; p50/p99 over --samples records. It includes the high watermark's trip down
-  the tree: a replica exposes a record only below the HW it learned from its upstream.
-- broker CPU per replicated message: utime+stime of every broker from /proc/<pid>/stat over
-  the acks=all phase, divided by the records (per broker and summed).
+  1 MiB batches), each on its own fresh topic: the producer's msg/s (until its last
+  answer) and the replicated msg/s (until every replica's log holds every byte the
+  leader's does); the ratios acks=all / acks=1 of both (issue 15's target: >= 0.9).
+- broker CPU per message: utime+stime of every broker from /proc/<pid>/stat from the first
+  record until every replica holds the whole log (the leader's, and each follower's: the
+  CPU per replicated message per replica, target <= 1.5 us).
+- latency per tree hop: one record at a time (linger 0, acks=1) carrying a sequence number;
+  three consumers, bootstrapped only to the leader, a child and that child's grandchild
+  with client.rack = their broker's rack (KIP-392: the leader names the follower as
+  preferred read replica), record when each sees it; p50/p99 over --samples records of
+  producer -> each tier and of each hop (child minus leader, grandchild minus child, per
+  record; target p50 <= 1 ms, p99 <= 5 ms). A replica exposes a record only below the
+  high watermark it learned from its upstream, so a hop includes the HW's trip.
 Everything stays on loopback; the brokers and etcd are stopped at the end, even on failure.
 Prints a table and writes bench/results/replication-<ts>.json.
 """
@@ -240,7 +245,15 @@ class Cluster:
             self.etcd.stop()   # last: brokers that lose etcd while stopping only log warnings
 
 
-def produce_phase(cluster: Cluster, topic: str, acks: str, n: int, size: int) -> dict:
+def log_bytes(cluster: Cluster, node: int, topic: str) -> int:
+    d = cluster.workdir / f"node{node}" / "topics" / topic / "0"
+    try:
+        return sum(f.stat().st_size for f in d.glob("*.log"))
+    except FileNotFoundError:   # a segment deleted between glob and stat: none are here
+        return 0
+
+
+def produce_phase(cluster: Cluster, topic: str, acks: str, n: int, size: int, replicas: list[int]) -> dict:
     payloads = [random.randbytes(size) for _ in range(64)]
     p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": acks, "enable.idempotence": False,
                   "linger.ms": 5, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000,
@@ -260,37 +273,63 @@ def produce_phase(cluster: Cluster, topic: str, acks: str, n: int, size: int) ->
     cpu1 = cluster.cpu()
     if left:
         raise SystemExit(f"acks={acks}: {left} records undelivered")
+    # Replication goes on after the producer's last answer (with acks=1 the followers are
+    # still behind; with acks=all the grandchild is): the CPU of replicating every record
+    # is taken once every replica's log holds as many bytes as the leader's.
+    deadline = time.monotonic() + 120
+    want = log_bytes(cluster, replicas[0], topic)
+    while any(log_bytes(cluster, r, topic) < want for r in replicas[1:]):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"acks={acks}: replicas never caught up with the leader's {want} bytes")
+        time.sleep(0.01)
+    replicated_secs = time.perf_counter() - t0
+    cpu2 = cluster.cpu()
     per_broker = {n_: (cpu1[n_] - cpu0[n_]) / n * 1e6 for n_ in cpu0}
+    to_replicas = {n_: (cpu2[n_] - cpu0[n_]) / n * 1e6 for n_ in cpu0}
+    followers = [to_replicas[r] for r in replicas[1:]]
     return {"acks": acks, "records": n, "seconds": secs, "msg_per_s": n / secs, "mb_per_s": n * size / secs / 1e6,
-            "cpu_us_per_msg": per_broker, "cpu_us_per_msg_total": sum(per_broker.values())}
+            "cpu_us_per_msg": per_broker, "cpu_us_per_msg_total": sum(per_broker.values()),
+            "replicated_seconds": replicated_secs, "replicated_msg_per_s": n / replicated_secs,
+            "cpu_us_per_msg_replicated": to_replicas,
+            "leader_cpu_us_per_msg": to_replicas[replicas[0]],
+            "follower_cpu_us_per_msg_max": max(followers), "follower_cpu_us_per_msg_mean": sum(followers) / len(followers)}
 
 
 def latency_phase(cluster: Cluster, topic: str, replicas: list[int], samples: int) -> dict:
-    grandchild = next(r for r in replicas if parent_of(replicas, r, cluster.fanout) not in (None, replicas[0]))
+    """One record at a time; a consumer on the leader, one on a child and one on that
+    child's grandchild record when each sees it. A hop is the difference between a replica
+    and its upstream for the same record."""
     leader = replicas[0]
-    arrivals: dict[int, int] = {}
+    grandchild = next(r for r in replicas if parent_of(replicas, r, cluster.fanout) not in (None, replicas[0]))
+    child = parent_of(replicas, grandchild, cluster.fanout)
+    tiers = {"leader": leader, "child": child, "grandchild": grandchild}
+    arrivals: dict[str, dict[int, int]] = {t: {} for t in tiers}
     done = threading.Event()
-    ready = threading.Event()
+    ready = threading.Barrier(len(tiers) + 1)
 
-    def consume() -> None:
-        c = Consumer({"bootstrap.servers": cluster.addr(grandchild), "group.id": "bench-repl",
-                      "client.rack": f"rack-{grandchild}", "enable.auto.commit": False,
+    def consume(tier: str, node: int) -> None:
+        # Bootstrapped only to its broker, with that broker's rack: the leader names it as
+        # preferred read replica (KIP-392), so each consumer reads from its own tier.
+        c = Consumer({"bootstrap.servers": cluster.addr(node), "group.id": f"bench-repl-{tier}",
+                      "client.rack": f"rack-{node}", "enable.auto.commit": False,
                       "fetch.wait.max.ms": 100, "fetch.min.bytes": 1, "socket.nagle.disable": True})
         c.assign([TopicPartition(topic, 0, 0)])
-        ready.set()
+        ready.wait(10)
+        mine = arrivals[tier]
         while not done.is_set():
             m = c.poll(0.05)
             if m is not None and not m.error():
-                arrivals[int(m.value()[:20])] = time.perf_counter_ns()
+                mine[int(m.value()[:20])] = time.perf_counter_ns()
         c.close()
 
-    t = threading.Thread(target=consume, daemon=True)
-    t.start()
+    threads = [threading.Thread(target=consume, args=(t, n), daemon=True) for t, n in tiers.items()]
+    for t in threads:
+        t.start()
     ready.wait(10)
     p = Producer({"bootstrap.servers": cluster.addr(leader), "acks": "1", "linger.ms": 0,
                   "enable.idempotence": False, "socket.nagle.disable": True})
     p.list_topics(topic, timeout=10)
-    time.sleep(1.0)   # consumer joined and fetching
+    time.sleep(1.0)   # consumers joined and fetching
     sent: dict[int, int] = {}
     for i in range(samples):
         ts = time.perf_counter_ns()
@@ -299,14 +338,22 @@ def latency_phase(cluster: Cluster, topic: str, replicas: list[int], samples: in
         p.flush(10)
         time.sleep(0.01)
     deadline = time.monotonic() + 20
-    while len(arrivals) < samples and time.monotonic() < deadline:
+    while any(len(a) < samples for a in arrivals.values()) and time.monotonic() < deadline:
         time.sleep(0.05)
     done.set()
-    t.join(10)
-    lat = [(arrivals[i] - sent[i]) / 1e6 for i in sent if i in arrivals]
-    return {"leader": leader, "grandchild": grandchild, "samples": samples, "received": len(lat),
-            "p50_ms": pct(lat, 0.50) if lat else None, "p99_ms": pct(lat, 0.99) if lat else None,
-            "max_ms": max(lat) if lat else None}
+    for t in threads:
+        t.join(10)
+
+    def stats(lat: list[float]) -> dict:
+        return {"p50_ms": pct(lat, 0.50) if lat else None, "p99_ms": pct(lat, 0.99) if lat else None,
+                "max_ms": max(lat) if lat else None, "received": len(lat)}
+    a = arrivals
+    return {"leader": leader, "child": child, "grandchild": grandchild, "samples": samples,
+            "end_to_end": {t: stats([(a[t][i] - sent[i]) / 1e6 for i in sent if i in a[t]]) for t in tiers},
+            "hop_leader_child": stats([(a["child"][i] - a["leader"][i]) / 1e6 for i in sent
+                                       if i in a["child"] and i in a["leader"]]),
+            "hop_child_grandchild": stats([(a["grandchild"][i] - a["child"][i]) / 1e6 for i in sent
+                                           if i in a["grandchild"] and i in a["child"]])}
 
 
 def main() -> int:
@@ -327,27 +374,39 @@ def main() -> int:
         cluster.start()
         r1 = cluster.create("bench-acks1")
         ra = cluster.create("bench-acksall")
-        acks1 = produce_phase(cluster, "bench-acks1", "1", args.records, args.size)
-        acksall = produce_phase(cluster, "bench-acksall", "all", args.records, args.size)
+        acks1 = produce_phase(cluster, "bench-acks1", "1", args.records, args.size, r1)
+        acksall = produce_phase(cluster, "bench-acksall", "all", args.records, args.size, ra)
         rl = cluster.create("bench-latency")
         lat = latency_phase(cluster, "bench-latency", rl, args.samples)
     finally:
         cluster.stop()
     ratio = acksall["msg_per_s"] / acks1["msg_per_s"]
+    ratio_replicated = acksall["replicated_msg_per_s"] / acks1["replicated_msg_per_s"]
     trees = {"bench-acks1": r1, "bench-acksall": ra, "bench-latency": rl}
     result = {"records": args.records, "size": args.size, "controller": cluster.controller, "trees": trees,
-              "acks1": acks1, "acksall": acksall, "ratio_all_vs_1": ratio, "latency_leader_to_grandchild": lat}
+              "acks1": acks1, "acksall": acksall, "ratio_all_vs_1": ratio,
+              "ratio_all_vs_1_replicated": ratio_replicated, "latency": lat,
+              "load_avg": os.getloadavg()}
     print(f"4 brokers on {', '.join(HOSTS.values())} + etcd on 127.0.0.1, controller {cluster.controller}, "
           f"fanout {cluster.fanout}, min.insync.replicas {cluster.min_insync}, {args.records} x {args.size} B records")
     print("trees (breadth-first, leader first): " + ", ".join(f"{t} {r}" for t, r in trees.items()))
-    print(f"{'':22}{'msg/s':>10}{'MB/s':>9}{'CPU us/msg (all brokers)':>27}  per broker")
+    print(f"{'':18}{'msg/s':>9}{'MB/s':>7}{'replicated msg/s':>18}"
+          f"{'CPU us/msg: leader':>20}{'follower mean/max':>19}  per broker, to the last replica")
     for r in (acks1, acksall):
-        per = " ".join(f"{n}:{v:.0f}" for n, v in sorted(r["cpu_us_per_msg"].items()))
-        print(f"produce acks={r['acks']:<9}{r['msg_per_s']:>10.0f}{r['mb_per_s']:>9.1f}"
-              f"{r['cpu_us_per_msg_total']:>27.1f}  {per}")
-    print(f"ratio acks=all / acks=1: {ratio:.2f} (target >= 0.6)")
-    print(f"latency leader {lat['leader']} -> grandchild {lat['grandchild']}: p50 {lat['p50_ms']:.2f} ms, "
-          f"p99 {lat['p99_ms']:.2f} ms ({lat['received']}/{lat['samples']} received)")
+        per = " ".join(f"{n}:{v:.2f}" for n, v in sorted(r["cpu_us_per_msg_replicated"].items()))
+        print(f"produce acks={r['acks']:<5}{r['msg_per_s']:>9.0f}{r['mb_per_s']:>7.1f}{r['replicated_msg_per_s']:>18.0f}"
+              f"{r['leader_cpu_us_per_msg']:>20.2f}{r['follower_cpu_us_per_msg_mean']:>12.2f}"
+              f" / {r['follower_cpu_us_per_msg_max']:.2f}  {per}")
+    print(f"ratio acks=all / acks=1: producer {ratio:.2f}, until every replica has every record "
+          f"{ratio_replicated:.2f} (target >= 0.9)")
+    for name, v in (("leader", lat["end_to_end"]["leader"]), ("child", lat["end_to_end"]["child"]),
+                    ("grandchild", lat["end_to_end"]["grandchild"]),
+                    ("hop leader -> child", lat["hop_leader_child"]),
+                    ("hop child -> grandchild", lat["hop_child_grandchild"])):
+        label = name if name.startswith("hop") else f"producer -> consumer on the {name}"
+        print(f"latency {label:<38} p50 {v['p50_ms']:6.2f} ms  p99 {v['p99_ms']:6.2f} ms "
+              f"({v['received']}/{lat['samples']})")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"replication-{time.strftime('%Y%m%d-%H%M%S')}.json"
