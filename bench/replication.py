@@ -77,7 +77,7 @@ class Etcd:
     metadata: free client and peer ports, its data directory under the bench's workdir.
     A single member is enough here: the bench measures replication, not etcd failover."""
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, data_dir: Path | None = None):
         try:
             exe = debian("etcd", "etcd-server")   # apt-get as root when missing, like the bench's peers
         except PeerUnavailable as e:
@@ -87,7 +87,7 @@ class Etcd:
         client, peer = f"http://127.0.0.1:{self.client_port}", f"http://127.0.0.1:{peer_port}"
         log = open(workdir / "etcd.log", "ab")
         self.proc = subprocess.Popen(
-            [exe, "--name", "bench", "--data-dir", str(workdir / "etcd"),
+            [exe, "--name", "bench", "--data-dir", str(data_dir or workdir / "etcd"),
              "--listen-client-urls", client, "--advertise-client-urls", client,
              "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
              "--initial-cluster", f"bench={peer}", "--logger", "zap", "--log-level", "warn"],
@@ -139,9 +139,16 @@ class Cluster:
     """etcd plus four brokers. The controller is whichever broker wins the election in
     etcd, and a topic's tree is whatever the controller assigned: read it from Metadata."""
 
-    def __init__(self, workdir: Path, fanout: int = 2, min_insync: int = 2, log_level: str = "warning"):
+    def __init__(self, workdir: Path, fanout: int = 2, min_insync: int = 2, log_level: str = "warning",
+                 hosts: dict[int, str] | None = None, http: bool = False, etcd_dir: Path | None = None):
         self.log_level = log_level
-        self.port = free_port(HOSTS[1])
+        self.etcd_dir = etcd_dir   # etcd's data directory, if not under workdir (e.g. on tmpfs)
+        self.hosts = dict(hosts or HOSTS)   # node id -> its own loopback address
+        self.port = free_port(self.hosts[min(self.hosts)])
+        # --http-listen on every broker (its /metrics and /status.json), one free port
+        self.http_port = None
+        while http and self.http_port in (None, self.port):
+            self.http_port = free_port(self.hosts[min(self.hosts)])
         self.workdir = workdir
         self.fanout = fanout
         self.min_insync = min_insync
@@ -150,18 +157,19 @@ class Cluster:
         self.controller = -1
 
     def start(self) -> "Cluster":
-        self.etcd = Etcd(self.workdir)
+        self.etcd = Etcd(self.workdir, self.etcd_dir)
         self.etcd.wait_healthy()
-        for n, h in HOSTS.items():
+        for n, h in self.hosts.items():
             log = open(self.workdir / f"node{n}.log", "ab")
+            http = ["--http-listen", f"{h}:{self.http_port}"] if self.http_port else []
             self.procs[n] = subprocess.Popen(
                 [str(CANOPY), "serve", "--metadata-store", self.etcd.endpoint, "--node-id", str(n),
                  "--listen", f"{h}:{self.port}", "--rack", f"rack-{n}", "--data-dir", str(self.workdir / f"node{n}"),
                  "--fanout", str(self.fanout), "--min-insync-replicas", str(self.min_insync),
-                 "--log-level", self.log_level],
+                 "--log-level", self.log_level, *http],
                 stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
             log.close()
-        for n, h in HOSTS.items():
+        for n, h in self.hosts.items():
             deadline = time.monotonic() + 30
             while True:
                 self._check_alive(n)
@@ -177,11 +185,11 @@ class Cluster:
         # controller has been elected.
         deadline = time.monotonic() + 30
         while True:
-            for n in HOSTS:
+            for n in self.hosts:
                 self._check_alive(n)
             try:
                 md = AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=5)
-                if set(md.brokers) == set(HOSTS) and md.controller_id in HOSTS:
+                if set(md.brokers) == set(self.hosts) and md.controller_id in self.hosts:
                     self.controller = md.controller_id
                     return self
             except Exception:
@@ -195,11 +203,14 @@ class Cluster:
             raise SystemExit(f"broker {n} exited {self.procs[n].returncode}; see {self.workdir}/node{n}.log")
 
     def addr(self, n: int) -> str:
-        return f"{HOSTS[n]}:{self.port}"
+        return f"{self.hosts[n]}:{self.port}"
+
+    def http_url(self, n: int) -> str:
+        return f"http://{self.hosts[n]}:{self.http_port}"
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(self.addr(n) for n in HOSTS)
+        return ",".join(self.addr(n) for n in self.hosts)
 
     def cpu(self) -> dict[int, float]:
         return {n: cpu_seconds(p.pid) for n, p in self.procs.items()}
@@ -211,7 +222,7 @@ class Cluster:
         return list(md.replicas), list(md.isrs)
 
     def create(self, topic: str) -> list[int]:
-        """A one-partition topic over all four brokers; returns its tree once the committed
+        """A one-partition topic over every broker; returns its tree once the committed
         ISR is exactly the leader and its direct children (deeper tiers replicate
         asynchronously and never count for acks=all), so the phases start settled."""
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
@@ -222,7 +233,7 @@ class Cluster:
         while time.monotonic() < deadline:
             try:
                 replicas, isr = self.tree(topic)
-                if len(replicas) == len(HOSTS) and \
+                if len(replicas) == len(self.hosts) and \
                         set(isr) == {replicas[0], *children_of(replicas, replicas[0], self.fanout)}:
                     return replicas
             except Exception:
@@ -265,16 +276,19 @@ def produce_phase(cluster: Cluster, topic: str, acks: str, n: int, size: int) ->
             "cpu_us_per_msg": per_broker, "cpu_us_per_msg_total": sum(per_broker.values())}
 
 
-def latency_phase(cluster: Cluster, topic: str, replicas: list[int], samples: int) -> dict:
-    grandchild = next(r for r in replicas if parent_of(replicas, r, cluster.fanout) not in (None, replicas[0]))
+def latency_phase(cluster: Cluster, topic: str, replicas: list[int], samples: int,
+                  target: int | None = None) -> dict:
+    """Leader -> ``target`` (default: the first grandchild) end-to-end latency."""
+    replica = target if target is not None else \
+        next(r for r in replicas if parent_of(replicas, r, cluster.fanout) not in (None, replicas[0]))
     leader = replicas[0]
     arrivals: dict[int, int] = {}
     done = threading.Event()
     ready = threading.Event()
 
     def consume() -> None:
-        c = Consumer({"bootstrap.servers": cluster.addr(grandchild), "group.id": "bench-repl",
-                      "client.rack": f"rack-{grandchild}", "enable.auto.commit": False,
+        c = Consumer({"bootstrap.servers": cluster.addr(replica), "group.id": "bench-repl",
+                      "client.rack": f"rack-{replica}", "enable.auto.commit": False,
                       "fetch.wait.max.ms": 100, "fetch.min.bytes": 1, "socket.nagle.disable": True})
         c.assign([TopicPartition(topic, 0, 0)])
         ready.set()
@@ -304,7 +318,7 @@ def latency_phase(cluster: Cluster, topic: str, replicas: list[int], samples: in
     done.set()
     t.join(10)
     lat = [(arrivals[i] - sent[i]) / 1e6 for i in sent if i in arrivals]
-    return {"leader": leader, "grandchild": grandchild, "samples": samples, "received": len(lat),
+    return {"leader": leader, "replica": replica, "samples": samples, "received": len(lat),
             "p50_ms": pct(lat, 0.50) if lat else None, "p99_ms": pct(lat, 0.99) if lat else None,
             "max_ms": max(lat) if lat else None}
 
@@ -346,7 +360,7 @@ def main() -> int:
         print(f"produce acks={r['acks']:<9}{r['msg_per_s']:>10.0f}{r['mb_per_s']:>9.1f}"
               f"{r['cpu_us_per_msg_total']:>27.1f}  {per}")
     print(f"ratio acks=all / acks=1: {ratio:.2f} (target >= 0.6)")
-    print(f"latency leader {lat['leader']} -> grandchild {lat['grandchild']}: p50 {lat['p50_ms']:.2f} ms, "
+    print(f"latency leader {lat['leader']} -> grandchild {lat['replica']}: p50 {lat['p50_ms']:.2f} ms, "
           f"p99 {lat['p99_ms']:.2f} ms ({lat['received']}/{lat['samples']} received)")
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
