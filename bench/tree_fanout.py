@@ -16,8 +16,9 @@ Each run reads its tree back (Metadata's replica list, and every broker's own
 /status.json?scope=local: the upstream it fetches from and what its upstream saw of it) and
 fails unless the observed tree is the one the fan-out implies. Then, per run:
 
-1. produce: --records x --size B (confluent-kafka, acks=1, linger 5 ms, idempotence off),
-   until all seven replicas hold every record. Leader CPU (utime+stime from
+1. produce: --records x --size B at --produce-rate records/s in --bursts batches a second
+   (confluent-kafka, acks=1, linger 5 ms, idempotence off), until all seven replicas hold
+   every record. Leader CPU (utime+stime from
    /proc/<pid>/stat) per produced MB and leader egress per produced byte: the record-batch
    bytes the leader put into Fetch responses (its /metrics counters replicationbytesout +
    bytesout) divided by the record-batch bytes it took in (bytesin); and, when iptables is
@@ -226,29 +227,49 @@ class Snapshot:
         }
 
 
-def produce_phase(cluster, topic: str, leader: int, records: int, size: int, egress: EgressCounter) -> dict:
-    from confluent_kafka import Producer
-    payloads = [os.urandom(size) for _ in range(64)]
-    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "1", "enable.idempotence": False,
-                  "linger.ms": 5, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000,
-                  "queue.buffering.max.kbytes": 2_000_000, "compression.type": "none"})
-    p.list_topics(topic, timeout=10)
-    before = Snapshot(cluster, topic, leader, egress)
-    t0 = time.perf_counter()
+def paced_produce(p, topic: str, records: int, rate: int, bursts: int, value) -> list[float]:
+    """``records`` records at ``rate``/s in ``bursts`` batches a second, each batch's records
+    produced back to back (one Produce request after linger.ms); returns every record's send
+    time (CLOCK_MONOTONIC, comparable across processes). Paced rather than as fast as the
+    client can: every append wakes every long-polling fetcher, so the request rate decides
+    what replicas and readers cost; a saturated machine coalesces fetches into fewer, bigger
+    ones and its CPU-per-MB then measures the contention, not the topology."""
+    per_burst = max(1, rate // bursts)
+    sent_at: list[float] = []
+    t0 = time.monotonic()
     for i in range(records):
+        if i % per_burst == 0:
+            delay = t0 + (i // per_burst) / bursts - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+        now_ns = time.monotonic_ns()
+        sent_at.append(now_ns / 1e9)
         while True:
             try:
-                p.produce(topic, payloads[i & 63], partition=0)
+                p.produce(topic, value(i, now_ns), partition=0)
                 break
             except BufferError:
                 p.poll(0.01)
+        p.poll(0)
     if p.flush(120):
         raise SystemExit(f"{topic}: records undelivered")
+    return sent_at
+
+
+def produce_phase(cluster, topic: str, leader: int, args, egress: EgressCounter) -> dict:
+    from confluent_kafka import Producer
+    payloads = [os.urandom(args.size) for _ in range(64)]
+    p = Producer({"bootstrap.servers": cluster.addr(leader), "acks": "1", "enable.idempotence": False,
+                  "linger.ms": 5, "batch.size": 1 << 20, "compression.type": "none"})
+    p.list_topics(topic, timeout=10)
+    before = Snapshot(cluster, topic, leader, egress)
+    t0 = time.perf_counter()
+    paced_produce(p, topic, args.records, args.produce_rate, args.bursts, lambda i, _: payloads[i & 63])
     t_acked = time.perf_counter()
-    t_all = wait_replicated(cluster, topic, records)
+    t_all = wait_replicated(cluster, topic, args.records)
     out = Snapshot(cluster, topic, leader, egress).delta(before)
-    out.update({"records": records, "size": size, "produce_msg_per_s": records / (t_acked - t0),
-                "all_replicas_s": t_all - t0})
+    out.update({"records": args.records, "size": args.size, "rate": args.produce_rate, "bursts": args.bursts,
+                "produce_msg_per_s": args.records / (t_acked - t0), "all_replicas_after_last_s": t_all - t_acked})
     return out
 
 
@@ -392,29 +413,9 @@ def readers_phase(cluster, topic: str, leader: int, mode: str, leaves: list[int]
         p.list_topics(topic, timeout=10)
         pad = os.urandom(max(0, args.size - 20))
         before = Snapshot(cluster, topic, leader, egress)
-        sent_at: list[float] = []   # CLOCK_MONOTONIC, comparable with the reader processes'
-        # --bursts batches a second, each of rate/bursts records produced back to back (one
-        # Produce request after linger.ms): every append wakes every long-polling reader, so
-        # the request rate, not the record rate, decides what 100 readers cost the brokers;
-        # a producer per record at 1 000/s would saturate the 2 vCPUs with wake-ups alone.
-        per_burst = max(1, args.rate // args.bursts)
         t0 = time.monotonic()
-        for i in range(records):
-            if i % per_burst == 0:
-                delay = t0 + (i // per_burst) / args.bursts - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-            now_ns = time.monotonic_ns()
-            sent_at.append(now_ns / 1e9)
-            while True:
-                try:
-                    p.produce(topic, b"%020d" % now_ns + pad, partition=0)
-                    break
-                except BufferError:
-                    p.poll(0.01)
-            p.poll(0)
-        if p.flush(60):
-            raise SystemExit(f"{topic}: records undelivered")
+        sent_at = paced_produce(p, topic, records, args.rate, args.bursts,
+                                lambda i, now_ns: b"%020d" % now_ns + pad)
         t_last = time.monotonic()
         readers.wait_done(timeout=120)
         after = Snapshot(cluster, topic, leader, egress)
@@ -477,8 +478,8 @@ def one_run(name: str, fanout: int, args, workdir: Path) -> dict:
         print(f"[{name}] tree (each replica under the upstream it fetches from):", file=sys.stderr)
         for line in shape["lines"]:
             print("    " + line, file=sys.stderr)
-        print(f"[{name}] produce {args.records} x {args.size} B", file=sys.stderr)
-        produce = produce_phase(cluster, "tree-produce", leader, args.records, args.size, egress)
+        print(f"[{name}] produce {args.records} x {args.size} B at {args.produce_rate}/s", file=sys.stderr)
+        produce = produce_phase(cluster, "tree-produce", leader, args, egress)
         lrep = cluster.create("tree-latency")
         deepest = lrep[-1]   # breadth-first order: the last replica is on the deepest tier
         print(f"[{name}] latency leader {leader} -> deepest replica {deepest}, {args.samples} samples",
@@ -513,8 +514,9 @@ ROWS = [
      "{:.2f}"),
     ("produce: leader egress per produced byte (wire)", lambda r: r["produce"]["leader_wire_per_produced_byte"],
      "{:.2f}"),
-    ("produce: msg/s (acks=1)", lambda r: r["produce"]["produce_msg_per_s"], "{:,.0f}"),
-    ("produce: until all 7 replicas hold every record, s", lambda r: r["produce"]["all_replicas_s"], "{:.2f}"),
+    ("produce: all 7 replicas hold every record, s after the last ack",
+     lambda r: r["produce"]["all_replicas_after_last_s"], "{:.2f}"),
+    ("produce: machine CPU busy (all processes, 2 vCPUs)", lambda r: r["produce"]["machine_cpu_busy"], "{:.0%}"),
     ("latency leader -> deepest replica p50 ms", lambda r: r["latency"]["p50_ms"], "{:.2f}"),
     ("latency leader -> deepest replica p99 ms", lambda r: r["latency"]["p99_ms"], "{:.2f}"),
 ]
@@ -536,6 +538,10 @@ for _mode in ("leaves", "leader"):
          lambda r, m=_mode: (r["readers"][m]["lag_records_p50"], r["readers"][m]["lag_records_max"]), "{} / {}"),
         (f"readers on the {_mode}: drain after last produce s", lambda r, m=_mode: r["readers"][m]["drain_s"],
          "{:.2f}"),
+        (f"readers on the {_mode}: reader processes' CPU s", lambda r, m=_mode: r["readers"][m]["readers_cpu_s"],
+         "{:.1f}"),
+        (f"readers on the {_mode}: machine CPU busy", lambda r, m=_mode: r["readers"][m]["machine_cpu_busy"],
+         "{:.0%}"),
     ]
 
 
@@ -554,7 +560,7 @@ def table(tree: dict, flat: dict) -> str:
             a, b = get(tree), get(flat)
         except (KeyError, TypeError):
             a = b = None
-        ratio = "" if isinstance(a, tuple) or not a or not b else f"{a / b:.2f}"
+        ratio = "" if isinstance(a, tuple) or not a or not b or "%" in f else f"{a / b:.2f}"
         lines.append(f"| {label} | {fmt(f, a)} | {fmt(f, b)} | {ratio} |")
     return "\n".join(lines)
 
@@ -622,16 +628,18 @@ def main() -> int:
     if len(sys.argv) == 3 and sys.argv[1] == "--reader-worker":
         return reader_worker(json.loads(sys.argv[2]))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--records", type=int, default=200_000, help="produce phase: records per run")
+    ap.add_argument("--records", type=int, default=200_000, help="produce phase: records per run (at --produce-rate)")
     ap.add_argument("--size", type=int, default=1024, help="record value bytes")
     ap.add_argument("--samples", type=int, default=300, help="latency phase: records sent one at a time")
     ap.add_argument("--readers", type=int, default=100, help="consumers in each readers phase")
     ap.add_argument("--reader-procs", type=int, default=4, help="processes the readers are spread over")
     ap.add_argument("--rate", type=int, default=1000, help="readers phases: records/s produced")
+    ap.add_argument("--produce-rate", type=int, default=20_000, help="produce phase: records/s")
     ap.add_argument("--bursts", type=int, default=20, help="readers phases: produce bursts (batches) per second")
     ap.add_argument("--seconds", type=int, default=15, help="readers phases: seconds of producing")
     ap.add_argument("--quick", action="store_true",
-                    help="20 000 records, 100 samples, readers at 1 000 records/s for 5 s (~1 minute)")
+                    help="20 000 records, 100 samples, readers at 1 000 records/s for 5 s (~1 minute; "
+                         "too short for CPU figures: a smoke test)")
     ap.add_argument("--chart", type=Path, help="also write the chart here (e.g. docs/tree-vs-flat.png)")
     ap.add_argument("--keep", action="store_true", help="keep the brokers' data directories and logs")
     ap.add_argument("--broker-log-level", default="warning", choices=["debug", "info", "warning", "error"])
