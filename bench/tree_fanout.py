@@ -140,17 +140,28 @@ class EgressCounter:
             self.ok = False
 
 
-def observed_tree(cluster, topic: str, fanout: int, timeout: float = 30) -> dict:
+def observed_tree(cluster, topic: str, fanout: int, timeout: float = 60) -> dict:
     """The tree as the brokers run it: each replica's own upstream (from its
     /status.json?scope=local) and its upstream's record of its fetches. Fails unless it is
     the tree ``fanout`` implies for Metadata's replica list."""
     deadline = time.monotonic() + timeout
+    replicas: list[int] = []
+    upstream: dict = {}
+    seen_by_parent: dict = {}
     while True:
-        replicas, isr = cluster.tree(topic)
-        views = {}
-        for n in cluster.hosts:
-            v = json.loads(http_get(cluster.http_url(n) + "/status.json?scope=local"))
-            views[n] = next((p for p in v["partitions"] if p["topic"] == topic and p["partition"] == 0), None)
+        try:
+            # Metadata from any broker: one that has not applied the topic yet answers
+            # without its partition, so ask again
+            replicas, isr = cluster.tree(topic)
+            views = {}
+            for n in cluster.hosts:
+                v = json.loads(http_get(cluster.http_url(n) + "/status.json?scope=local"))
+                views[n] = next((p for p in v["partitions"] if p["topic"] == topic and p["partition"] == 0), None)
+        except Exception:   # KeyError (no partition yet), KafkaException, OSError, bad JSON
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+            continue
         upstream = {n: (v or {}).get("upstream") for n, v in views.items()}
         seen_by_parent = {}
         for n in replicas[1:]:
