@@ -82,7 +82,7 @@ class Etcd:
     metadata: free client and peer ports, its data directory under the bench's workdir.
     A single member is enough here: the bench measures replication, not etcd failover."""
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, data_dir: Path | None = None):
         try:
             exe = debian("etcd", "etcd-server")   # apt-get as root when missing, like the bench's peers
         except PeerUnavailable as e:
@@ -92,7 +92,7 @@ class Etcd:
         client, peer = f"http://127.0.0.1:{self.client_port}", f"http://127.0.0.1:{peer_port}"
         log = open(workdir / "etcd.log", "ab")
         self.proc = subprocess.Popen(
-            [exe, "--name", "bench", "--data-dir", str(workdir / "etcd"),
+            [exe, "--name", "bench", "--data-dir", str(data_dir or workdir / "etcd"),
              "--listen-client-urls", client, "--advertise-client-urls", client,
              "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
              "--initial-cluster", f"bench={peer}", "--logger", "zap", "--log-level", "warn"],
@@ -144,9 +144,16 @@ class Cluster:
     """etcd plus four brokers. The controller is whichever broker wins the election in
     etcd, and a topic's tree is whatever the controller assigned: read it from Metadata."""
 
-    def __init__(self, workdir: Path, fanout: int = 2, min_insync: int = 2, log_level: str = "warning"):
+    def __init__(self, workdir: Path, fanout: int = 2, min_insync: int = 2, log_level: str = "warning",
+                 hosts: dict[int, str] | None = None, http: bool = False, etcd_dir: Path | None = None):
         self.log_level = log_level
-        self.port = free_port(HOSTS[1])
+        self.etcd_dir = etcd_dir   # etcd's data directory, if not under workdir (e.g. on tmpfs)
+        self.hosts = dict(hosts or HOSTS)   # node id -> its own loopback address
+        self.port = free_port(self.hosts[min(self.hosts)])
+        # --http-listen on every broker (its /metrics and /status.json), one free port
+        self.http_port = None
+        while http and self.http_port in (None, self.port):
+            self.http_port = free_port(self.hosts[min(self.hosts)])
         self.workdir = workdir
         self.fanout = fanout
         self.min_insync = min_insync
@@ -155,18 +162,19 @@ class Cluster:
         self.controller = -1
 
     def start(self) -> "Cluster":
-        self.etcd = Etcd(self.workdir)
+        self.etcd = Etcd(self.workdir, self.etcd_dir)
         self.etcd.wait_healthy()
-        for n, h in HOSTS.items():
+        for n, h in self.hosts.items():
             log = open(self.workdir / f"node{n}.log", "ab")
+            http = ["--http-listen", f"{h}:{self.http_port}"] if self.http_port else []
             self.procs[n] = subprocess.Popen(
                 [str(CANOPY), "serve", "--metadata-store", self.etcd.endpoint, "--node-id", str(n),
                  "--listen", f"{h}:{self.port}", "--rack", f"rack-{n}", "--data-dir", str(self.workdir / f"node{n}"),
                  "--fanout", str(self.fanout), "--min-insync-replicas", str(self.min_insync),
-                 "--log-level", self.log_level],
+                 "--log-level", self.log_level, *http],
                 stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
             log.close()
-        for n, h in HOSTS.items():
+        for n, h in self.hosts.items():
             deadline = time.monotonic() + 30
             while True:
                 self._check_alive(n)
@@ -182,11 +190,11 @@ class Cluster:
         # controller has been elected.
         deadline = time.monotonic() + 30
         while True:
-            for n in HOSTS:
+            for n in self.hosts:
                 self._check_alive(n)
             try:
                 md = AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=5)
-                if set(md.brokers) == set(HOSTS) and md.controller_id in HOSTS:
+                if set(md.brokers) == set(self.hosts) and md.controller_id in self.hosts:
                     self.controller = md.controller_id
                     return self
             except Exception:
@@ -200,11 +208,14 @@ class Cluster:
             raise SystemExit(f"broker {n} exited {self.procs[n].returncode}; see {self.workdir}/node{n}.log")
 
     def addr(self, n: int) -> str:
-        return f"{HOSTS[n]}:{self.port}"
+        return f"{self.hosts[n]}:{self.port}"
+
+    def http_url(self, n: int) -> str:
+        return f"http://{self.hosts[n]}:{self.http_port}"
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(self.addr(n) for n in HOSTS)
+        return ",".join(self.addr(n) for n in self.hosts)
 
     def cpu(self) -> dict[int, float]:
         return {n: cpu_seconds(p.pid) for n, p in self.procs.items()}
@@ -216,7 +227,7 @@ class Cluster:
         return list(md.replicas), list(md.isrs)
 
     def create(self, topic: str) -> list[int]:
-        """A one-partition topic over all four brokers; returns its tree once the committed
+        """A one-partition topic over every broker; returns its tree once the committed
         ISR is exactly the leader and its direct children (deeper tiers replicate
         asynchronously and never count for acks=all), so the phases start settled."""
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
@@ -227,7 +238,7 @@ class Cluster:
         while time.monotonic() < deadline:
             try:
                 replicas, isr = self.tree(topic)
-                if len(replicas) == len(HOSTS) and \
+                if len(replicas) == len(self.hosts) and \
                         set(isr) == {replicas[0], *children_of(replicas, replicas[0], self.fanout)}:
                     return replicas
             except Exception:
@@ -295,14 +306,20 @@ def produce_phase(cluster: Cluster, topic: str, acks: str, n: int, size: int, re
             "follower_cpu_us_per_msg_max": max(followers), "follower_cpu_us_per_msg_mean": sum(followers) / len(followers)}
 
 
-def latency_phase(cluster: Cluster, topic: str, replicas: list[int], samples: int) -> dict:
-    """One record at a time; a consumer on the leader, one on a child and one on that
-    child's grandchild record when each sees it. A hop is the difference between a replica
-    and its upstream for the same record."""
+def latency_phase(cluster: Cluster, topic: str, replicas: list[int], samples: int,
+                  target: int | None = None) -> dict:
+    """One record at a time; a consumer on every replica of the path leader -> ``target``
+    (default: the first grandchild, so leader, child, grandchild) records when each sees
+    it. A hop is the difference between a replica and its upstream for the same record.
+    The top-level p50_ms/p99_ms/max_ms/received are the leader -> ``target`` figures."""
     leader = replicas[0]
-    grandchild = next(r for r in replicas if parent_of(replicas, r, cluster.fanout) not in (None, replicas[0]))
-    child = parent_of(replicas, grandchild, cluster.fanout)
-    tiers = {"leader": leader, "child": child, "grandchild": grandchild}
+    replica = target if target is not None else \
+        next(r for r in replicas if parent_of(replicas, r, cluster.fanout) not in (None, replicas[0]))
+    path = [replica]
+    while path[0] != leader:
+        path.insert(0, parent_of(replicas, path[0], cluster.fanout))
+    names = ["leader", "child", "grandchild"] + [f"tier{d}" for d in range(3, len(path))]
+    tiers = dict(zip(names, path))
     arrivals: dict[str, dict[int, int]] = {t: {} for t in tiers}
     done = threading.Event()
     ready = threading.Barrier(len(tiers) + 1)
@@ -348,12 +365,12 @@ def latency_phase(cluster: Cluster, topic: str, replicas: list[int], samples: in
         return {"p50_ms": pct(lat, 0.50) if lat else None, "p99_ms": pct(lat, 0.99) if lat else None,
                 "max_ms": max(lat) if lat else None, "received": len(lat)}
     a = arrivals
-    return {"leader": leader, "child": child, "grandchild": grandchild, "samples": samples,
-            "end_to_end": {t: stats([(a[t][i] - sent[i]) / 1e6 for i in sent if i in a[t]]) for t in tiers},
-            "hop_leader_child": stats([(a["child"][i] - a["leader"][i]) / 1e6 for i in sent
-                                       if i in a["child"] and i in a["leader"]]),
-            "hop_child_grandchild": stats([(a["grandchild"][i] - a["child"][i]) / 1e6 for i in sent
-                                           if i in a["grandchild"] and i in a["child"]])}
+    order = list(tiers)
+    end_to_end = {t: stats([(a[t][i] - sent[i]) / 1e6 for i in sent if i in a[t]]) for t in order}
+    hops = {f"{up} -> {down}": stats([(a[down][i] - a[up][i]) / 1e6 for i in sent if i in a[down] and i in a[up]])
+            for up, down in zip(order, order[1:])}
+    return {"leader": leader, "replica": replica, "path": path, "samples": samples,
+            "end_to_end": end_to_end, "hops": hops, **end_to_end[order[-1]]}
 
 
 def main() -> int:
@@ -399,12 +416,10 @@ def main() -> int:
               f" / {r['follower_cpu_us_per_msg_max']:.2f}  {per}")
     print(f"ratio acks=all / acks=1: producer {ratio:.2f}, until every replica has every record "
           f"{ratio_replicated:.2f} (target >= 0.9)")
-    for name, v in (("leader", lat["end_to_end"]["leader"]), ("child", lat["end_to_end"]["child"]),
-                    ("grandchild", lat["end_to_end"]["grandchild"]),
-                    ("hop leader -> child", lat["hop_leader_child"]),
-                    ("hop child -> grandchild", lat["hop_child_grandchild"])):
-        label = name if name.startswith("hop") else f"producer -> consumer on the {name}"
-        print(f"latency {label:<38} p50 {v['p50_ms']:6.2f} ms  p99 {v['p99_ms']:6.2f} ms "
+    rows = [(f"producer -> consumer on the {t} {n}", lat["end_to_end"][t])
+            for t, n in zip(lat["end_to_end"], lat["path"])] + [(f"hop {h}", v) for h, v in lat["hops"].items()]
+    for label, v in rows:
+        print(f"latency {label:<40} p50 {v['p50_ms']:6.2f} ms  p99 {v['p99_ms']:6.2f} ms "
               f"({v['received']}/{lat['samples']})")
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     out = ROOT / "bench" / "results"

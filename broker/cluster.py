@@ -531,6 +531,11 @@ class Cluster:
         running: dict[int, tuple[tuple[str, int], trio.CancelScope]] = {}
         async with trio.open_nursery() as nursery:
             while True:
+                # Take the event before reading the partitions: starting a fetcher below
+                # yields, and a change signalled meanwhile (a topic created right after
+                # another) replaces self._changed; waiting on the replacement would miss
+                # it, and that replica would never fetch until the next metadata change.
+                changed = self._changed
                 wanted = {}
                 for p in self.broker.topics.all_partitions():
                     if p.is_replica and not p.is_leader and p.upstream is not None:
@@ -542,7 +547,7 @@ class Cluster:
                         running.pop(node)[1].cancel()
                 for node in wanted.keys() - running.keys():
                     running[node] = (wanted[node], await nursery.start(self._run_fetcher, node, wanted[node]))
-                await self._changed.wait()
+                await changed.wait()
 
     async def _run_fetcher(self, node: int, addr: tuple[str, int], task_status=trio.TASK_STATUS_IGNORED) -> None:
         with trio.CancelScope() as scope:
