@@ -50,7 +50,8 @@ def _batch(pid: int, epoch: int, seq: int) -> bytearray:
 def _next_roll(part_dir: Path, log_end: int, batch_size: int) -> int:
     """Base offset of the segment the next roll creates: the active segment (highest
     base) holds SEGMENT_BYTES // batch_size batches of RECORDS offsets each."""
-    base = max(int(p.name[:-4]) for p in part_dir.glob("*.log"))
+    # A partition never written has no segment yet (its first append makes the one at 0).
+    base = max((int(p.name[:-4]) for p in part_dir.glob("*.log")), default=0)
     roll = base + SEGMENT_BYTES // batch_size * RECORDS
     assert base <= log_end < roll, (base, log_end, roll)
     return roll
