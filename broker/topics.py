@@ -41,6 +41,9 @@ log = logging.getLogger("canopy.topics")
 # Writes every partition's producer-state snapshots, one at a time in submission order,
 # off the event loop (see Partition.write_snapshot).
 _SNAPSHOT_WRITER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot-writer")
+# Makes new partitions' directories and empty segment files after CreateTopics has been
+# answered (Log.make_files_ahead), off the event loop.
+_FILE_MAKER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="partition-files")
 
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
@@ -679,6 +682,8 @@ class TopicRegistry:
         # a machine crash could otherwise lose. Three fsyncs per topic, none per partition.
         topic.save()
         _fsync_directory(self.root)
+        logs = [p.log for p in topic.partitions]
+        _FILE_MAKER.submit(lambda: [lg.make_files_ahead() for lg in logs])
         self.topics[name] = topic
         self.by_id[topic.topic_id] = topic
         log.info("created topic %s with %d partitions %s", name, num_partitions, configs or "")

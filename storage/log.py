@@ -43,7 +43,7 @@ from protocol.records import (
 )
 
 from .cleaner import CLEANER_CHECKPOINT, complete_interrupted_swaps
-from .segment import Segment
+from .segment import Segment, segment_name
 
 _make_header = BatchHeader._make
 
@@ -364,12 +364,39 @@ class Log:
         return seg
 
     def _ensure_directory(self) -> None:
-        # Not parents=True: a missing topic directory means the topic was deleted.
+        # Not parents=True: a missing topic directory means the topic was deleted. The
+        # directory may exist already without any segment (made by make_files_ahead, or
+        # emptied by a crash): its entry is fsynced by the next flush either way.
         try:
             self.directory.mkdir()
         except FileExistsError:
-            return
+            pass
         self._parent_unsynced = True
+
+    def make_files_ahead(self) -> None:
+        """For a worker thread, right after the topic is created: make this never-written
+        log's directory and its first segment's two files, empty, so that its first append
+        finds them (creating a directory and two inodes costs ~1 ms of kernel time here,
+        which a produce to 1 000 new partitions would otherwise pay on the event loop).
+        Only creates what does not exist (O_EXCL), never writes or truncates, and touches
+        no state of this object: whatever the owning thread has made meanwhile stands.
+        An empty segment left here by a crash opens as an empty log."""
+        if self._segments or self._closed:
+            return
+        try:
+            os.mkdir(self.directory)
+        except FileExistsError:
+            pass
+        except FileNotFoundError:
+            return   # the topic was deleted meanwhile
+        name = segment_name(self.log_end_offset)
+        for suffix in (".log", ".index"):
+            if self._segments or self._closed:
+                return
+            try:
+                os.close(os.open(self.directory / (name + suffix), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644))
+            except (FileExistsError, FileNotFoundError):
+                pass
 
     @property
     def has_files(self) -> bool:

@@ -12,6 +12,7 @@ offset (nothing appended), and the next batch in sequence is accepted.
 from __future__ import annotations
 
 import os
+import re
 import select
 import subprocess
 import time
@@ -74,7 +75,9 @@ def _attach(strace: str, pid: int, paths: list[Path], inject: str | None, out: P
         assert ready, f"strace attached to {attached} of {threads} threads"
         line = tracer.stderr.readline()
         assert line, "strace exited"
-        attached += b"attached" in line
+        # "Process N attached" per thread, or one "Process N attached with K threads"
+        many = re.search(rb"attached with (\d+) threads", line)
+        attached += int(many.group(1)) if many else b"attached" in line
     return tracer
 
 

@@ -63,6 +63,31 @@ def test_log_never_written_has_no_files_until_its_first_append(tmp_path):
     assert all_offsets(Log(d, LogConfig())) == [0, 1, 2]
 
 
+def test_files_made_ahead_are_taken_by_the_first_append(tmp_path):
+    """make_files_ahead (a worker thread, after CreateTopics) leaves a directory and empty
+    segment files; whatever state it stopped in, the log opens empty and its first append
+    uses them; after the log has files it changes nothing."""
+    d = tmp_path / "p"
+    log = Log(d, LogConfig())
+    log.make_files_ahead()
+    assert sorted(p.name for p in d.iterdir()) == [segment_name(0) + ".index", segment_name(0) + ".log"]
+    log.append(batch(2), leader_epoch=0)
+    log.make_files_ahead()
+    log.close()
+    assert all_offsets(Log(d, LogConfig())) == [0, 1]
+    # A crash part-way: a directory alone, or a .log without its .index.
+    for left in ([], [".log"]):
+        q = tmp_path / ("q" + "".join(left))
+        q.mkdir()
+        for suffix in left:
+            (q / (segment_name(0) + suffix)).touch()
+        log = Log(q, LogConfig())
+        assert (log.log_start_offset, log.log_end_offset) == (0, 0)
+        log.append(batch(1), leader_epoch=0)
+        log.close()
+        assert all_offsets(Log(q, LogConfig())) == [0]
+
+
 def test_log_never_written_follower_paths(tmp_path):
     """Replication may truncate or restart a never-written log before any append."""
     d = tmp_path / "p"
