@@ -17,7 +17,6 @@ import os
 import re
 import resource
 import shutil
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -42,19 +41,11 @@ log = logging.getLogger("canopy.topics")
 # Writes every partition's producer-state snapshots, one at a time in submission order,
 # off the event loop (see Partition.write_snapshot).
 _SNAPSHOT_WRITER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot-writer")
-def _lowest_priority() -> None:
-    # Linux nice values are per thread: this one's kernel work (inode allocation, the
-    # bulk of its time) yields the CPU to the event loop's requests.
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except OSError:
-        pass
-
-
 # Makes new partitions' directories and empty segment files after CreateTopics has been
 # answered (Log.make_files_ahead), off the event loop.
-_FILE_MAKER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="partition-files",
-                                                    initializer=_lowest_priority)
+# Not at a lower priority: the sooner it is done, the fewer first appends make their
+# files on the event loop (at nice 19, W4's produce phase made most of them itself).
+_FILE_MAKER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="partition-files")
 
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
