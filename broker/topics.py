@@ -41,10 +41,10 @@ log = logging.getLogger("canopy.topics")
 # Writes every partition's producer-state snapshots, one at a time in submission order,
 # off the event loop (see Partition.write_snapshot).
 _SNAPSHOT_WRITER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot-writer")
-# Makes new partitions' directories and empty segment files after CreateTopics has been
-# answered (Log.make_files_ahead), off the event loop.
-# Not at a lower priority: the sooner it is done, the fewer first appends make their
-# files on the event loop (at nice 19, W4's produce phase made most of them itself).
+# Makes new partitions' directories and empty segment files after CreateTopics (or
+# CreatePartitions) has been answered (Log.make_files_ahead), off the event loop. Not at
+# a lower priority: the sooner it is done, the fewer first appends make their files on
+# the event loop (at nice 19, W4's produce phase made most of them itself).
 _FILE_MAKER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="partition-files")
 
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -705,9 +705,12 @@ class TopicRegistry:
         if validate_only:
             return
         lc = self.log_config(topic.configs)
-        for i in range(len(topic.partitions), total):
+        first_new = len(topic.partitions)
+        for i in range(first_new, total):
             topic.partitions.append(self._partition(topic, i, Log(topic.directory / str(i), lc)))
         topic.save()
+        logs = [p.log for p in topic.partitions[first_new:]]
+        _FILE_MAKER.submit(lambda: [lg.make_files_ahead() for lg in logs])
 
     def delete(self, name: str) -> Topic:
         topic = self.topics.pop(name, None)
