@@ -9,7 +9,8 @@ Directory layout::
     log-start-offset.checkpoint  the log start offset (DeleteRecords, retention)
 
 A log that has never been written has no directory and no files: they are made at its
-first append (``_create_files``). A topic of 1 000 partitions is then created with a
+first append (``_create_files``), or just before by a worker thread that the broker starts
+after CreateTopics (``make_files_ahead``, which only creates what is missing). A topic of 1 000 partitions is then created with a
 handful of file operations instead of ~10 per partition (a directory, two files, an
 index allocation and two mappings each: 0.6 s here), and its idle partitions hold no
 file descriptors. Nothing is lost by a crash meanwhile: the topic's partition count is
@@ -17,8 +18,8 @@ in topic.json (broker/topics.py), and a partition whose directory is missing ope
 an empty log, which is all it was. Kafka creates the segment eagerly; its
 preallocation is lazy, as canopy's pre-faulting is.
 
-Threading: every method except ``flush`` must be called from one thread (the
-broker's Trio thread).  ``flush`` may run in a worker thread concurrently with
+Threading: every method except ``flush`` and ``make_files_ahead`` must be called from one
+thread (the broker's Trio thread).  ``flush`` may run in a worker thread concurrently with
 appends: it only reads plain attributes (atomic under the GIL) and fsyncs fds.
 ``self._lock`` guards segment lifetimes: a segment removed by retention,
 DeleteRecords or truncation is unlinked at once but its fds stay open while a
