@@ -206,7 +206,11 @@ def list_snapshots(directory: Path) -> list[int]:
     """Offsets of the snapshot files in a partition directory, oldest first. Leftover
     temporary files of a write interrupted by a crash are removed on the way."""
     offsets = []
-    for name in os.listdir(directory):
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return offsets   # a partition never written has no directory (storage/log.py)
+    for name in names:
         if name.endswith(SNAPSHOT_SUFFIX) and name[:-len(SNAPSHOT_SUFFIX)].isdigit():
             offsets.append(int(name[:-len(SNAPSHOT_SUFFIX)]))
         elif name.endswith(SNAPSHOT_SUFFIX + ".tmp"):

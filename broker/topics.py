@@ -41,6 +41,11 @@ log = logging.getLogger("canopy.topics")
 # Writes every partition's producer-state snapshots, one at a time in submission order,
 # off the event loop (see Partition.write_snapshot).
 _SNAPSHOT_WRITER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot-writer")
+# Makes new partitions' directories and empty segment files after CreateTopics (or
+# CreatePartitions) has been answered (Log.make_files_ahead), off the event loop. Not at
+# a lower priority: the sooner it is done, the fewer first appends make their files on
+# the event loop (at nice 19, W4's produce phase made most of them itself).
+_FILE_MAKER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="partition-files")
 
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
@@ -116,8 +121,10 @@ class Partition:
         line and the next older one tried. Without one: (log start, empty, empty)."""
         d = self.log.directory
         start, end = self.log.log_start_offset, self.log.log_end_offset
-        delete_snapshots(d, lambda off: off <= end)
         epochs = EpochCache()
+        if not self.log.has_files:
+            return start, ProducerStateTable(), epochs   # never written: no directory yet
+        delete_snapshots(d, lambda off: off <= end)
         if end > start:
             for off in reversed(list_snapshots(d)):
                 if off < start:
@@ -440,6 +447,14 @@ class Topic:
         replace_durably(self.directory / "topic.json", json.dumps(meta, indent=1, sort_keys=True))
 
 
+def _fsync_directory(d: Path) -> None:
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _partition_dirs(d: Path) -> list[int]:
     return sorted(int(p.name) for p in d.iterdir() if p.is_dir() and p.name.isdigit())
 
@@ -650,13 +665,27 @@ class TopicRegistry:
         if validate_only:
             return None
         d = self.root / name
-        d.mkdir(parents=True, exist_ok=True)
+        try:
+            d.mkdir()
+        except FileExistsError:
+            # Leftovers of a create or delete cut short (no topic.json, so load() skipped
+            # them): partition directories found there are opened as before.
+            pass
         topic = Topic(name, topic_id or uuid.uuid4(), configs, d)
         lc = self.log_config(configs)
         for i in range(num_partitions):
+            # No directory or file per partition yet: each log makes its own at its first
+            # append (storage/log.py); the partition count in topic.json is what makes a
+            # partition exist, so a crash before that append leaves an empty partition.
             topic.partitions.append(self._partition(topic, i, Log(d / str(i), lc)))
         self._apply_configs(topic)
+        # Acknowledged means durable: topic.json (file, then the topic directory's fsync
+        # in save()), then the topics directory, whose entry for the new topic directory
+        # a machine crash could otherwise lose. Three fsyncs per topic, none per partition.
         topic.save()
+        _fsync_directory(self.root)
+        logs = [p.log for p in topic.partitions]
+        _FILE_MAKER.submit(lambda: [lg.make_files_ahead() for lg in logs])
         self.topics[name] = topic
         self.by_id[topic.topic_id] = topic
         log.info("created topic %s with %d partitions %s", name, num_partitions, configs or "")
@@ -676,9 +705,12 @@ class TopicRegistry:
         if validate_only:
             return
         lc = self.log_config(topic.configs)
-        for i in range(len(topic.partitions), total):
+        first_new = len(topic.partitions)
+        for i in range(first_new, total):
             topic.partitions.append(self._partition(topic, i, Log(topic.directory / str(i), lc)))
         topic.save()
+        logs = [p.log for p in topic.partitions[first_new:]]
+        _FILE_MAKER.submit(lambda: [lg.make_files_ahead() for lg in logs])
 
     def delete(self, name: str) -> Topic:
         topic = self.topics.pop(name, None)

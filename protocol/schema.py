@@ -22,12 +22,14 @@ with any subset of fields and fills the rest with schema defaults. Pure: no I/O.
 from __future__ import annotations
 
 import importlib.resources
+import importlib.util
 import json
 import re
 import struct
 import uuid
 from functools import lru_cache
 from io import BytesIO
+from pathlib import Path
 from typing import Any
 
 from construct import Construct, ConstructError, StreamError, stream_read, stream_write
@@ -68,9 +70,24 @@ CANOPY_SCHEMA_PACKAGE = __package__ + ".schemas"
 
 
 @lru_cache(maxsize=None)
+def _kafka_schema_dir():
+    """kafka-python's schema directory, found without importing the ``kafka`` package:
+    its __init__ imports the whole client (0.15 s here), which a broker would otherwise
+    pay inside its first request (every client's first ApiVersions)."""
+    top, _, rest = SCHEMA_PACKAGE.partition(".")
+    spec = importlib.util.find_spec(top)   # a top-level name: located, not imported
+    if spec is None or not spec.submodule_search_locations:
+        return importlib.resources.files(SCHEMA_PACKAGE)
+    return Path(spec.submodule_search_locations[0]).joinpath(*rest.split("."))
+
+
+@lru_cache(maxsize=None)
 def load_schema_json(name: str) -> dict:
-    package = CANOPY_SCHEMA_PACKAGE if name.startswith("Canopy") else SCHEMA_PACKAGE
-    text = importlib.resources.files(package).joinpath(name + ".json").read_text()
+    if name.startswith("Canopy"):
+        base = importlib.resources.files(CANOPY_SCHEMA_PACKAGE)
+    else:
+        base = _kafka_schema_dir()
+    text = base.joinpath(name + ".json").read_text()
     data = json.loads(_COMMENTS.sub("", text))
     common = {s["name"]: s["fields"] for s in data.get("commonStructs", [])}
     _resolve_common(data.get("fields", []), common)

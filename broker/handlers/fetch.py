@@ -15,6 +15,9 @@ Rules clients depend on:
 * Sessions: canopy answers session_id 0 ("no session"), which every client accepts and
   answers with full fetches again.
 * Long polling: wait up to max_wait_ms for min_bytes, woken the moment data is appended.
+  Only the partitions that woke are read again (a consumer of 1 000 partitions, one of
+  them busy, would otherwise re-read 999 idle ones per append); the budget rules above
+  hold across reads: what is gathered already counts against max_bytes.
 * Record bytes go from the segment file to the socket with sendfile (ExternalBytes).
 """
 from __future__ import annotations
@@ -86,12 +89,38 @@ def preferred_read_replica(broker, p, rack_id: str | None) -> int:
     return -1
 
 
-def _read_all(broker, reads: list[_PartitionRead], max_bytes: int, replica_id: int) -> int:
-    """(Re)read every partition; returns the total bytes gathered."""
-    budget = max_bytes
-    total = 0
+class _Wakeup:
+    """One waiting Fetch: its event and the partitions that woke it since it last read."""
+    __slots__ = ("event", "woken")
+
+    def __init__(self):
+        self.event = trio.Event()
+        self.woken: list[_PartitionWaker] = []
+
+
+class _PartitionWaker:
+    """Parked in a partition's ``waiters`` in place of a bare trio.Event (notify_append
+    calls ``set()`` on each and clears the set): notes that this partition woke."""
+    __slots__ = ("wakeup", "partition", "reads")
+
+    def __init__(self, wakeup: _Wakeup, partition):
+        self.wakeup = wakeup
+        self.partition = partition
+        self.reads: list[tuple[int, _PartitionRead]] = []   # (position in the request, read)
+
+    def set(self) -> None:
+        self.wakeup.woken.append(self)
+        self.wakeup.event.set()
+
+
+def _read_all(broker, reads: list[_PartitionRead], max_bytes: int, replica_id: int, total: int = 0) -> int:
+    """(Re)read these partitions, in request order; ``total`` is what the other partitions
+    of the request hold already. Returns the new total of bytes gathered."""
+    budget = max_bytes - total
     for r in reads:
         if r.result is not None:
+            total -= r.result.size
+            budget = max_bytes - total
             r.result.release()
             r.result = None
         p = r.partition
@@ -191,23 +220,39 @@ async def handle(ctx, request: dict, version: int) -> dict:
     # A Fetch naming no partitions (the Java consumer sends one on close) is answered at once;
     # a replica is also answered as soon as the high watermark moved past what it was last
     # told, so the HW travels down the tree without waiting for new data.
-    while (reads and total < min_bytes
-           and not any(r.error or r.preferred_read_replica >= 0 or r.diverging_epoch for r in reads)
-           and not (replica_id >= 0 and _hw_news(reads, replica_id))):
-        remaining = deadline - trio.current_time()
-        if remaining <= 0:
-            break
-        wake = trio.Event()
-        watched = [r.partition for r in reads if r.partition is not None]
-        for p in watched:
-            p.waiters.add(wake)
-        with trio.move_on_after(remaining):
-            await wake.wait()
-        for p in watched:
-            p.waiters.discard(wake)
-        if not wake.is_set():
-            break
-        total = _read_all(broker, reads, max_bytes, replica_id)
+    wakeup = wakers = None
+    try:
+        while (reads and total < min_bytes
+               and not any(r.error or r.preferred_read_replica >= 0 or r.diverging_epoch for r in reads)
+               and not (replica_id >= 0 and _hw_news(reads, replica_id))):
+            remaining = deadline - trio.current_time()
+            if remaining <= 0:
+                break
+            if wakers is None:
+                wakeup, wakers = _Wakeup(), {}
+                for i, r in enumerate(reads):
+                    if r.partition is not None:
+                        w = wakers.get(id(r.partition))
+                        if w is None:
+                            w = wakers[id(r.partition)] = _PartitionWaker(wakeup, r.partition)
+                        w.reads.append((i, r))
+                parked = wakers.values()
+            # A partition's wakers leave its waiters when it wakes them: only those that
+            # woke go back; the others are still parked from earlier rounds.
+            for w in parked:
+                w.partition.waiters.add(w)
+            with trio.move_on_after(remaining):
+                await wakeup.event.wait()
+            if not wakeup.event.is_set():
+                break
+            parked = list(dict.fromkeys(wakeup.woken))
+            wakeup.event, wakeup.woken = trio.Event(), []
+            again = sorted((ir for w in parked for ir in w.reads), key=lambda ir: ir[0])
+            total = _read_all(broker, [r for _, r in again], max_bytes, replica_id, total)
+    finally:
+        if wakers:
+            for w in wakers.values():
+                w.partition.waiters.discard(w)
 
     responses: dict[str, list] = {}
     order: list[str] = []

@@ -159,6 +159,91 @@ def test_long_poll_wakes_on_append(broker, client):
     assert waited < 15  # woken by the append, not by the 20 s max_wait
 
 
+def _produce_to(client, topic, partition, batch):
+    r = client.request(ApiKey.PRODUCE, 9, {"acks": 1, "timeout_ms": 5000, "topic_data": [
+        {"name": topic, "partition_data": [{"index": partition, "records": bytes(batch)}]}]})
+    part = r["responses"][0]["partition_responses"][0]
+    assert part["error_code"] == 0, part
+    return part["base_offset"]
+
+
+def _many_partitions_waiting(broker, client, topic, n):
+    """A topic of n partitions, partition i holding i % 4 records; returns {partition: HW}."""
+    r = client.request(ApiKey.CREATE_TOPICS, 5, {"topics": [{"name": topic, "num_partitions": n,
+                                                             "replication_factor": 1}], "timeout_ms": 5000})
+    assert r["topics"][0]["error_code"] == 0, r
+    hws = {}
+    for i in range(n):
+        if i % 4:
+            _produce_to(client, topic, i, make_batch([b"old-%d-%d" % (i, k) for k in range(i % 4)]))
+        hws[i] = i % 4
+    return hws
+
+
+def _fetch_at_ends(client, topic, hws, max_wait, min_bytes, max_bytes=1 << 30):
+    return client.request(ApiKey.FETCH, 12, {
+        "replica_id": -1, "max_wait_ms": max_wait, "min_bytes": min_bytes, "max_bytes": max_bytes,
+        "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+        "topics": [{"topic": topic, "partitions": [
+            {"partition": i, "fetch_offset": hw, "partition_max_bytes": 1 << 20, "current_leader_epoch": -1,
+             "log_start_offset": -1} for i, hw in hws.items()]}]}, timeout=60)["responses"][0]["partitions"]
+
+
+def test_long_poll_over_many_partitions_returns_what_woke_it(broker, client):
+    """A consumer long-polls 300 partitions, each at its log end; appends to two of them,
+    one after the other, wake it twice (min_bytes needs both). The answer lists every
+    partition in request order, with exactly the two new batches and each partition's HW."""
+    hws = _many_partitions_waiting(broker, client, "wide", 300)
+    first, second = make_batch([b"first-a", b"first-b"]), make_batch([b"second"])
+    producer = RawClient(broker.bootstrap)
+
+    def produce_later():
+        time.sleep(0.5)
+        _produce_to(producer, "wide", 137, first)
+        time.sleep(0.5)
+        _produce_to(producer, "wide", 42, second)
+    thread = threading.Thread(target=produce_later)
+    thread.start()
+    try:
+        parts = _fetch_at_ends(client, "wide", hws, max_wait=30000, min_bytes=len(first) + len(second))
+    finally:
+        thread.join()
+        producer.close()
+    assert [p["partition_index"] for p in parts] == list(range(300))
+    got = {p["partition_index"]: [(r.offset, r.value) for r in iter_records(bytes(p["records"]))]
+           for p in parts if len(p["records"])}
+    assert got == {137: [(1, b"first-a"), (2, b"first-b")], 42: [(2, b"second")]}
+    expected_hw = {**hws, 137: 3, 42: 3}
+    assert {p["partition_index"]: p["high_watermark"] for p in parts} == expected_hw
+    assert all(p["error_code"] == 0 and p["log_start_offset"] == 0 for p in parts)
+
+
+def test_long_poll_over_many_partitions_keeps_the_response_limit(broker, client):
+    """What the first wake gathered counts against max_bytes when a later wake reads: the
+    second partition's batch does not fit and is left for the next Fetch."""
+    hws = _many_partitions_waiting(broker, client, "wide2", 100)
+    first, second = make_batch([b"a" * 2000]), make_batch([b"b" * 2000])
+    producer = RawClient(broker.bootstrap)
+
+    def produce_later():
+        time.sleep(0.5)
+        _produce_to(producer, "wide2", 70, first)
+        time.sleep(0.5)
+        _produce_to(producer, "wide2", 10, second)
+    thread = threading.Thread(target=produce_later)
+    thread.start()
+    try:
+        parts = _fetch_at_ends(client, "wide2", hws, max_wait=3000, min_bytes=len(first) + len(second),
+                               max_bytes=len(first) + 500)
+    finally:
+        thread.join()
+        producer.close()
+    with_data = {p["partition_index"]: bytes(p["records"]) for p in parts if len(p["records"])}
+    assert list(with_data) == [70] and [r.value for r in iter_records(with_data[70])] == [b"a" * 2000]
+    assert {p["partition_index"]: p["high_watermark"] for p in parts} == {**hws, 70: hws[70] + 1,
+                                                                          10: hws[10] + 1}
+
+
 def test_long_poll_times_out_empty(broker, client):
     create_topic(client, "idle")
     p = _fetch(client, "idle", 0, max_wait=300, min_bytes=1)

@@ -260,3 +260,45 @@ def test_committed_offsets_survive_kill9(broker_factory, request):
         assert (msg.offset(), msg.value()) == (37, b"c37")
     finally:
         consumer.close()
+
+
+def test_kill9_right_after_create_topics_keeps_every_partition(broker_factory, request):
+    """A topic is acknowledged once topic.json and the directories above it are fsynced;
+    its partitions get their directories and segments at their first append. kill -9 the
+    moment CreateTopics returns: after a restart the topic has every partition, empty,
+    and they take appends; those survive a second kill -9 (the lazily made files)."""
+    parts = 300
+    broker = broker_factory("create9", extra_args=["--flush", "always"])
+    topic = unique_topic(request, "create9")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=parts, replication_factor=1)],
+                        operation_timeout=30, request_timeout=30)[topic].result(timeout=60)
+    broker.kill9()
+
+    broker = broker_factory("create9", extra_args=["--flush", "always"])
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    md = admin.list_topics(topic=topic, timeout=15).topics[topic]
+    assert md.error is None, md.error
+    assert sorted(md.partitions) == list(range(parts))
+    assert all(p.leader == 0 and p.error is None for p in md.partitions.values())
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"v-{uuid.uuid4().hex}"})
+    try:
+        for p in (0, parts // 2, parts - 1):
+            assert consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15) == (0, 0)
+    finally:
+        consumer.close()
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    acked = []
+    for p in range(parts):
+        producer.produce(topic, value=b"p%d" % p, partition=p,
+                         on_delivery=lambda err, msg: acked.append(
+                             (msg.partition(), msg.offset()) if err is None else str(err)))
+    assert producer.flush(60) == 0
+    assert sorted(acked) == [(p, 0) for p in range(parts)]
+    broker.kill9()
+
+    broker = broker_factory("create9")
+    for p in (0, parts // 2, parts - 1):
+        records, high = read_partition(broker.bootstrap, topic, p)
+        assert high == 1 and records == [(0, b"p%d" % p)], (p, records, high)

@@ -12,6 +12,7 @@ offset (nothing appended), and the next batch in sequence is accepted.
 from __future__ import annotations
 
 import os
+import re
 import select
 import subprocess
 import time
@@ -50,7 +51,8 @@ def _batch(pid: int, epoch: int, seq: int) -> bytearray:
 def _next_roll(part_dir: Path, log_end: int, batch_size: int) -> int:
     """Base offset of the segment the next roll creates: the active segment (highest
     base) holds SEGMENT_BYTES // batch_size batches of RECORDS offsets each."""
-    base = max(int(p.name[:-4]) for p in part_dir.glob("*.log"))
+    # A partition never written has no segment yet (its first append makes the one at 0).
+    base = max((int(p.name[:-4]) for p in part_dir.glob("*.log")), default=0)
     roll = base + SEGMENT_BYTES // batch_size * RECORDS
     assert base <= log_end < roll, (base, log_end, roll)
     return roll
@@ -73,7 +75,9 @@ def _attach(strace: str, pid: int, paths: list[Path], inject: str | None, out: P
         assert ready, f"strace attached to {attached} of {threads} threads"
         line = tracer.stderr.readline()
         assert line, "strace exited"
-        attached += b"attached" in line
+        # "Process N attached" per thread, or one "Process N attached with K threads"
+        many = re.search(rb"attached with (\d+) threads", line)
+        attached += int(many.group(1)) if many else b"attached" in line
     return tracer
 
 

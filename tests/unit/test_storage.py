@@ -43,6 +43,69 @@ def test_empty_log(tmp_path):
     log.close()
 
 
+def test_log_never_written_has_no_files_until_its_first_append(tmp_path):
+    """A new partition's directory and segment are made at its first append (a topic of
+    1 000 partitions is created without 1 000 directories); until then it is an empty log,
+    and a partition directory that is missing (a crash before that append) opens as one."""
+    d = tmp_path / "p"
+    log = Log(d, LogConfig())
+    assert not d.exists() and not log.has_files
+    assert log.read(0, 1000).size == 0
+    assert log.flush() == 0 and log.maybe_roll(1 << 62) is False
+    log.truncate_to(0)
+    assert log.delete_records_before(0) == 0
+    assert not d.exists()
+    log.append(batch(3), leader_epoch=0)
+    assert sorted(p.name for p in d.iterdir()) == [segment_name(0) + ".index", segment_name(0) + ".log"]
+    assert log._parent_unsynced
+    assert log.flush() == 3 and not log._parent_unsynced   # the directory's entry fsynced too
+    log.close()
+    assert all_offsets(Log(d, LogConfig())) == [0, 1, 2]
+
+
+def test_files_made_ahead_are_taken_by_the_first_append(tmp_path):
+    """make_files_ahead (a worker thread, after CreateTopics) leaves a directory and empty
+    segment files; whatever state it stopped in, the log opens empty and its first append
+    uses them; after the log has files it changes nothing."""
+    d = tmp_path / "p"
+    log = Log(d, LogConfig())
+    log.make_files_ahead()
+    assert sorted(p.name for p in d.iterdir()) == [segment_name(0) + ".index", segment_name(0) + ".log"]
+    log.append(batch(2), leader_epoch=0)
+    log.make_files_ahead()
+    log.close()
+    assert all_offsets(Log(d, LogConfig())) == [0, 1]
+    # A crash part-way: a directory alone, or a .log without its .index.
+    for left in ([], [".log"]):
+        q = tmp_path / ("q" + "".join(left))
+        q.mkdir()
+        for suffix in left:
+            (q / (segment_name(0) + suffix)).touch()
+        log = Log(q, LogConfig())
+        assert (log.log_start_offset, log.log_end_offset) == (0, 0)
+        log.append(batch(1), leader_epoch=0)
+        log.close()
+        assert all_offsets(Log(q, LogConfig())) == [0]
+
+
+def test_log_never_written_follower_paths(tmp_path):
+    """Replication may truncate or restart a never-written log before any append."""
+    d = tmp_path / "p"
+    log = Log(d, LogConfig())
+    log.truncate_fully_and_start_at(7)
+    assert (log.log_start_offset, log.log_end_offset) == (7, 7) and d.is_dir()
+    log.close()
+    log = Log(d, LogConfig())
+    assert (log.log_start_offset, log.log_end_offset) == (7, 7)
+    log.close()
+    log = Log(tmp_path / "q", LogConfig())
+    data = bytearray(batch(2))
+    struct.pack_into(">q", data, 0, 0)
+    log.append_replicated(bytes(data))
+    assert log.log_end_offset == 2 and all_offsets(log) == [0, 1]
+    log.close()
+
+
 def test_append_read_round_trip_across_rolls(tmp_path):
     cfg = LogConfig(segment_bytes=2000)
     log = Log(tmp_path / "p", cfg)
