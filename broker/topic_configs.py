@@ -151,7 +151,7 @@ _TABLE = [
     TopicConfig("min.compaction.lag.ms", LONG, "0", "log.cleaner.min.compaction.lag.ms", True, _at_least(0)),
     TopicConfig("min.insync.replicas", INT, "1", "min.insync.replicas", True, _at_least(1)),
     TopicConfig("preallocate", BOOLEAN, "false", "log.preallocate", False,
-                doc="canopy always preallocates its mmap'd segments"),
+                doc="canopy always extends its active segment sparsely and reserves disk blocks ahead of the writes"),
     TopicConfig("remote.log.copy.disable", BOOLEAN, "false", None, False),
     TopicConfig("remote.log.delete.on.disable", BOOLEAN, "false", None, False),
     TopicConfig("remote.storage.enable", BOOLEAN, "false", None, False, doc="canopy has no tiered storage"),

@@ -54,7 +54,9 @@ def _next_roll(part_dir: Path, log_end: int, batch_size: int) -> int:
     # A partition never written has no segment yet (its first append makes the one at 0).
     base = max((int(p.name[:-4]) for p in part_dir.glob("*.log")), default=0)
     roll = base + SEGMENT_BYTES // batch_size * RECORDS
-    assert base <= log_end < roll, (base, log_end, roll)
+    # log_end == roll: the crash came after the batch that filled the active segment was
+    # appended and before the next one rolled it; the next append rolls at log_end.
+    assert base <= log_end <= roll, (base, log_end, roll)
     return roll
 
 
