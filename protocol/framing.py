@@ -64,6 +64,11 @@ class FrameReader:
 
     def get_buffer(self, min_size: int = 1) -> memoryview:
         """Writable space for the next received bytes (at least ``min_size``)."""
+        if self._pos == self._end and self._end and sys.getrefcount(self._buf) <= _UNSHARED:
+            # Nothing pending and no frame handed out is alive: receive from the start, so
+            # the next frame is not split at the buffer's end and moved to the front (a
+            # follower's every multi-MiB response was, copied twice).
+            self._pos = self._end = 0
         if len(self._buf) - self._end < max(min_size, 1):
             # Full: start a fresh buffer, carrying over only the partial frame; frames
             # handed out earlier keep the old buffer alive. It is sized for the pending
