@@ -34,6 +34,11 @@ CHUNK = 4 << 20
 # so a cold part of a chunk shows up at these points. A page missed between two probes
 # costs one small disk read inside sendfile, not a stall the size of the chunk.
 PROBE_STRIDE = 256 << 10
+# At most this many bytes per sendfile call, with a trip through the scheduler after each:
+# copying 512 KiB into a loopback socket takes ~0.3 ms of the event loop (1.8 GB/s), a
+# whole 4 MiB chunk ~2.3 ms that every other connection would wait; a checkpoint costs
+# ~4 µs (bench/README.md, cold reads).
+SEND_SLICE = 512 << 10
 # Worker threads reading cold chunks at once. Sequential reads gain nothing from more on
 # one disk; a few let several catch-up readers of different logs proceed together.
 WORKERS = 4

@@ -272,7 +272,7 @@ class Connection:
                     await cold_reads.ensure_cached(fd, position, size, ahead=min(rest, cold_reads.CHUNK))
                     while size > 0:
                         try:
-                            sent = os.sendfile(sock.fileno(), fd, position, size)
+                            sent = os.sendfile(sock.fileno(), fd, position, min(size, cold_reads.SEND_SLICE))
                         except BlockingIOError:
                             with trio.move_on_after(SEND_TIMEOUT_S):
                                 await sock.wait_writable()
@@ -290,6 +290,11 @@ class Connection:
                             raise trio.BrokenResourceError("segment shrank during sendfile")
                         position += sent
                         size -= sent
+                        if size or rest:
+                            # Loopback sockets take megabytes per call: let the other
+                            # connections' requests in between slices (W2's round trip must
+                            # not queue behind a catch-up consumer's whole fetch).
+                            await trio.lowlevel.checkpoint()
         finally:
             # Unpins the segments (a deleted one's fds close now), also when the peer went
             # away or the request was cancelled mid-response.
