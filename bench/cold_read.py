@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,7 +110,61 @@ def summary(samples: list[int]) -> dict:
 
 
 BLOCK = 200   # round trips per block when the reader's turns alternate with pauses
-SETTLE_S = 0.05   # after SIGSTOP: the broker finishes filling the reader's socket buffers
+SETTLE_S = 0.25   # after SIGSTOP: the broker finishes the chunk in hand and fills the reader's socket buffers
+
+
+def _loop_sampler(pid: int, stop, q) -> None:
+    """Child process: every ~2 ms, the state of the broker's event-loop thread; for each
+    sample in D (uninterruptible: waiting for the disk), its kernel stack. Its own process,
+    so the sampling costs the producer's process nothing."""
+    states: dict = {}
+    stacks: dict = {}
+    stat, stack = f"/proc/{pid}/task/{pid}/stat", f"/proc/{pid}/task/{pid}/stack"
+    while not stop.is_set():
+        try:
+            with open(stat) as f:
+                state = f.read().rsplit(") ", 1)[1][0]
+            states[state] = states.get(state, 0) + 1
+            if state == "D":
+                with open(stack) as f:
+                    key = " <- ".join(ln.split()[1].split("+")[0] for ln in f.read().splitlines()[:6])
+                stacks[key] = stacks.get(key, 0) + 1
+        except (OSError, IndexError):
+            pass
+        time.sleep(0.002)
+    q.put({"states": states, "d_stacks": sorted(stacks.items(), key=lambda kv: -kv[1])[:5]})
+
+
+class LoopThread:
+    """The broker's event loop is its main thread: /proc/<pid>/task/<pid>/schedstat says
+    how long it ran on a CPU and how long it waited, runnable, for one (run delay). A loop
+    that the disk stalls shows neither; one starved of CPU by the machine's load shows
+    the run delay."""
+
+    def __init__(self, pid: int) -> None:
+        self.path = f"/proc/{pid}/task/{pid}/schedstat"
+        self.acc: dict = {}
+
+    def _read(self) -> tuple[int, int]:
+        with open(self.path) as f:
+            on_cpu, waiting, _ = f.read().split()
+        return int(on_cpu), int(waiting)
+
+    @contextmanager
+    def measure(self, what: str):
+        c0, w0 = self._read()
+        t0 = time.perf_counter_ns()
+        yield
+        c1, w1 = self._read()
+        a = self.acc.setdefault(what, [0, 0, 0])
+        a[0] += time.perf_counter_ns() - t0
+        a[1] += c1 - c0
+        a[2] += w1 - w0
+
+    def report(self, what: str) -> dict:
+        wall, on_cpu, waiting = self.acc.get(what, (0, 0, 0))
+        return {"loop_on_cpu_pct": round(100 * on_cpu / max(wall, 1), 1),
+                "loop_waiting_for_cpu_pct": round(100 * waiting / max(wall, 1), 1)}
 
 
 def with_reader(b: brokers.Broker, rt: RoundTrips, end: int, min_samples: int, bar: Progress,
@@ -125,20 +180,34 @@ def with_reader(b: brokers.Broker, rt: RoundTrips, end: int, min_samples: int, b
     child.start()
     busy: list[int] = []
     paused: list[int] = []
+    loop = LoopThread(b.pid)
+    stop = ctx.Event()
+    sq = ctx.Queue()
+    sampler = ctx.Process(target=_loop_sampler, args=(b.pid, stop, sq), daemon=True)
+    sampler.start()
     try:
         first = q.get(timeout=300)
         if first != "started":
             raise RuntimeError(f"cold reader: {first}")
         while child.is_alive() and q.empty():
-            busy.extend(rt.one() for _ in range(BLOCK))
+            with loop.measure("reading"):
+                busy.extend(rt.one() for _ in range(BLOCK))
             os.kill(child.pid, signal.SIGSTOP)
             time.sleep(SETTLE_S)
-            paused.extend(rt.one() for _ in range(BLOCK))
+            with loop.measure("paused"):
+                paused.extend(rt.one() for _ in range(BLOCK))
             os.kill(child.pid, signal.SIGCONT)
             bar.step(0, f"{label}: {len(busy)} round trips")
         done = q.get(timeout=1800)
         child.join(60)
+        stop.set()
+        samples = sq.get(timeout=60)
+        sampler.join(10)
     finally:
+        stop.set()
+        if sampler.is_alive():
+            sampler.kill()
+            sampler.join()
         if child.is_alive():
             os.kill(child.pid, signal.SIGCONT)
             child.kill()
@@ -147,8 +216,12 @@ def with_reader(b: brokers.Broker, rt: RoundTrips, end: int, min_samples: int, b
         raise RuntimeError(f"round trips: {rt.errors[:3]}")
     if not isinstance(done, dict) or done["records"] != end:
         raise RuntimeError(f"{label}: reader read {done}, expected {end} records")
-    out = {"reading": summary(busy), "paused": summary(paused)}
+    out = {"reading": {**summary(busy), **loop.report("reading")},
+           "paused": {**summary(paused), **loop.report("paused")}}
     out["p99_ratio"] = round(out["reading"]["p99_us"] / out["paused"]["p99_us"], 2)
+    n = sum(samples["states"].values()) or 1
+    out["loop_thread_states_pct"] = {k: round(100 * v / n, 2) for k, v in sorted(samples["states"].items())}
+    out["loop_disk_wait_stacks"] = samples["d_stacks"]
     out["reader"] = {**done, "mb_per_s": round(done["bytes"] / done["seconds"] / 1e6, 1)}
     out["broker_cpu_s"] = round(b.cpu() - cpu0, 2)
     if len(busy) < min_samples:
@@ -271,7 +344,11 @@ def main(argv: list[str] | None = None) -> int:
             cold = f", cold: {r['cache_dropped_' + mode]}, alone before {r['alone_' + mode]['p99_us']}" \
                 if k != "warm_reader" else ""
             print(f"    {k:<16} {c['reading']['p99_us']:>8} / {c['paused']['p99_us']:>8} ({c['p99_ratio']:>5})"
-                  f"  reader {c['reader']['mb_per_s']} MB/s{cold}")
+                  f"  reader {c['reader']['mb_per_s']} MB/s{cold}; loop waiting for a CPU "
+                  f"{c['reading']['loop_waiting_for_cpu_pct']} / {c['paused']['loop_waiting_for_cpu_pct']} %, "
+                  f"waiting for the disk (D) {c['loop_thread_states_pct'].get('D', 0)} % of samples")
+            for stack, count in c["loop_disk_wait_stacks"][:2]:
+                print(f"      D x{count}: {stack}")
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1))
     return 0
