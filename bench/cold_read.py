@@ -230,8 +230,12 @@ def with_reader(b: brokers.Broker, rt: RoundTrips, end: int, min_samples: int, b
 
 
 def start_canopy(data_dir: str, log: Path, code: str) -> brokers.Broker:
-    exe = brokers.VENV / "bin" / "python"
-    argv = lambda port: [str(exe), "-m", "broker", "serve", "--data-dir", data_dir,  # noqa: E731
+    # The console script, not `python -m broker`: -m puts the working directory (this
+    # checkout) ahead of PYTHONPATH on sys.path, and every --code would run this code.
+    exe = brokers.VENV / "bin" / "canopy"
+    if not exe.exists():
+        raise RuntimeError(f"{exe} missing (pip install -e .)")
+    argv = lambda port: [str(exe), "serve", "--data-dir", data_dir,  # noqa: E731
                          "--listen", f"127.0.0.1:{port}", "--node-id", "0", "--log-level", "warning"]
     return brokers.Broker("canopy", argv, log, env={"PYTHONPATH": code})
 
@@ -298,6 +302,40 @@ def run_code(name: str, code: str, data: str, logdir: Path, end: int, n: int, mo
     return out
 
 
+def hot_path_cost(tmp: str) -> dict:
+    """What the cold-read check adds to a fetch whose pages are cached: µs per
+    in_page_cache() call for regions of several sizes (one preadv2 probe per 256 KiB), and
+    per trio checkpoint (one per 512 KiB sendfile slice). In process, this checkout's code."""
+    sys.path.insert(0, str(ROOT))
+    import trio
+
+    from broker import cold_reads
+    path = os.path.join(tmp, "probe")
+    with open(path, "wb") as f:
+        f.write(os.urandom(8 << 20))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.pread(fd, 8 << 20, 0)   # cached
+        out = {}
+        for size in (1 << 10, 64 << 10, 1 << 20, 4 << 20):
+            n = 20000 if size < (1 << 20) else 2000
+            t0 = time.perf_counter()
+            for _ in range(n):
+                assert cold_reads.in_page_cache(fd, 100, size)
+            out[f"probe_us_{size >> 10}k"] = round((time.perf_counter() - t0) / n * 1e6, 2)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+    async def checkpoints(n: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            await trio.lowlevel.checkpoint()
+        return (time.perf_counter() - t0) / n * 1e6
+    out["checkpoint_us"] = round(trio.run(checkpoints, 100000), 2)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gb", type=float, default=5.0, help="size of the cold log (GiB)")
@@ -315,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     end = 0
     result: dict = {"gb": args.gb, "loadavg_start": os.getloadavg(), "runs": {}}
     try:
+        result["hot_path_cost"] = hot_path_cost(tmp)
+        print("hot path cost:", result["hot_path_cost"], flush=True)
         bar = Progress("cold read fill", 1)
         b = start_canopy(data, logdir / "canopy-fill.log", codes[0][1])
         try:
