@@ -21,6 +21,7 @@ returned (``trio.to_thread.run_sync`` waits for it even when the request is canc
 """
 from __future__ import annotations
 
+import errno
 import os
 
 import trio
@@ -68,10 +69,12 @@ def in_page_cache(fd: int, position: int, size: int) -> bool:
             os.preadv(fd, [_probe_buf], last, _RWF_NOWAIT)
     except BlockingIOError:
         return False
-    except OSError:
-        # A filesystem without RWF_NOWAIT support (EOPNOTSUPP): send as canopy did before
-        # the probe, and stop asking.
-        _probe_supported = False
+    except OSError as e:
+        if e.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+            # A filesystem or kernel without RWF_NOWAIT reads: send as canopy did before
+            # the probe, and stop asking.
+            _probe_supported = False
+        # Anything else is for sendfile to meet and report.
     return True
 
 
