@@ -33,6 +33,7 @@ from protocol.schema import ExternalBytes, SchemaError
 
 from storage import LogOffline
 
+from . import cold_reads
 from .broker import Broker, Pending
 from .config import BrokerConfig
 from .handlers import HANDLERS
@@ -334,75 +335,44 @@ class Connection:
                                 f"{len(view)} bytes of a response unsent")
 
     async def send_external(self, ext: ExternalBytes) -> None:
-        """Record batches straight from segment files to the socket (zero-copy)."""
+        """Record batches straight from segment files to the socket (zero-copy). A chunk
+        not in the page cache is read in by a worker thread first (broker/cold_reads.py):
+        sendfile of cold pages would wait for the disk on the event loop and stall every
+        connection."""
         sock = self.stream.socket
-        for fd, position, size in ext.source.regions:
-            if not _in_page_cache(fd, position, size):
-                # sendfile of pages that are not cached reads the disk on the event loop
-                # and stalls every connection (and the failure detectors waiting on them):
-                # a worker thread reads them in first; sendfile then copies from the cache.
-                await trio.to_thread.run_sync(_read_into_page_cache, fd, position, size)
-            while size > 0:
-                try:
-                    sent = os.sendfile(sock.fileno(), fd, position, size)
-                except BlockingIOError:
-                    with trio.move_on_after(SEND_TIMEOUT_S):
-                        await sock.wait_writable()
-                        continue
-                    ext.source.release()
-                    raise StalledReader(f"peer read nothing for {SEND_TIMEOUT_S:g} s "
-                                        f"during a fetch ({size} record bytes unsent)")
-                except OSError as e:
-                    if e.errno in (errno.EPIPE, errno.ECONNRESET):
-                        raise trio.BrokenResourceError from e
-                    raise
-                if sent == 0:
-                    # The file is shorter than the index promised (segment deleted under
-                    # us): the frame can no longer be completed, so drop the connection.
-                    raise trio.BrokenResourceError("segment shrank during sendfile")
-                position += sent
-                size -= sent
-        ext.source.release()
-
-
-# Probe one byte every this many bytes of a region: the kernel reads ahead in windows of
-# 128 KiB and more, so a cold region shows up at these points.
-_PROBE_STRIDE = 256 * 1024
-_probe_buf = bytearray(1)
-
-
-def _in_page_cache(fd: int, position: int, size: int) -> bool:
-    """True when reading the region will not wait for the disk, as far as a probe every
-    _PROBE_STRIDE bytes can tell (preadv2 with RWF_NOWAIT fails with EAGAIN rather than
-    read a page that is not cached)."""
-    if not _RWF_NOWAIT:
-        return True
-    end = position + size
-    pos = position
-    try:
-        while pos < end:
-            os.preadv(fd, [_probe_buf], pos, _RWF_NOWAIT)
-            pos += _PROBE_STRIDE
-        if size > 1:
-            os.preadv(fd, [_probe_buf], end - 1, _RWF_NOWAIT)
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True   # the probe is not supported here: send as before
-    return True
-
-
-def _read_into_page_cache(fd: int, position: int, size: int) -> None:
-    chunk = 1 << 20
-    end = position + size
-    while position < end:
-        n = len(os.pread(fd, min(chunk, end - position), position))
-        if n <= 0:
-            return
-        position += n
-
-
-_RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 0)
+        try:
+            for fd, region_pos, region_size in ext.source.regions:
+                for position, size, rest in cold_reads.chunks(region_pos, region_size):
+                    await cold_reads.ensure_cached(fd, position, size, ahead=min(rest, cold_reads.CHUNK))
+                    while size > 0:
+                        try:
+                            sent = os.sendfile(sock.fileno(), fd, position, min(size, cold_reads.SEND_SLICE))
+                        except BlockingIOError:
+                            with trio.move_on_after(SEND_TIMEOUT_S):
+                                await sock.wait_writable()
+                                continue
+                            raise StalledReader(f"peer read nothing for {SEND_TIMEOUT_S:g} s "
+                                                f"during a fetch ({size} record bytes unsent)")
+                        except OSError as e:
+                            if e.errno in (errno.EPIPE, errno.ECONNRESET):
+                                raise trio.BrokenResourceError from e
+                            raise
+                        if sent == 0:
+                            # The file is shorter than the index promised (segment truncated
+                            # under us): the frame can no longer be completed, so drop the
+                            # connection.
+                            raise trio.BrokenResourceError("segment shrank during sendfile")
+                        position += sent
+                        size -= sent
+                        if size or rest:
+                            # Loopback sockets take megabytes per call: let the other
+                            # connections' requests in between slices (W2's round trip must
+                            # not queue behind a catch-up consumer's whole fetch).
+                            await trio.lowlevel.checkpoint()
+        finally:
+            # Unpins the segments (a deleted one's fds close now), also when the peer went
+            # away or the request was cancelled mid-response.
+            ext.source.release()
 
 
 async def _serve_async(config: BrokerConfig, listener_socks: dict[str, trio.socket.SocketType], broker: Broker,

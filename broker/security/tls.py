@@ -15,12 +15,13 @@ plaintext path in broker/server.py keeps sendfile.
 from __future__ import annotations
 
 import logging
-import os
 import ssl
 
 import trio
 
 from protocol.schema import ExternalBytes
+
+from .. import cold_reads
 
 log = logging.getLogger("canopy.security")
 
@@ -208,7 +209,8 @@ def tls_connection_class(base, context: ssl.SSLContext):
             try:
                 for fd, position, size in ext.source.regions:
                     while size > 0:
-                        chunk = os.pread(fd, min(size, EXTERNAL_CHUNK), position)
+                        # A cold chunk is read by a worker thread (broker/cold_reads.py).
+                        chunk = await cold_reads.pread(fd, min(size, EXTERNAL_CHUNK), position)
                         if not chunk:
                             # The file is shorter than the index promised (segment deleted
                             # under us): the frame cannot be completed.
