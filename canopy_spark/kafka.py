@@ -239,12 +239,6 @@ def executor_consumer(conf: dict[str, str]):
     from confluent_kafka import Consumer
 
     c = dict(conf)
-    # A task reads one partition from a planned start to a planned end, so fetch it in big
-    # pieces: librdkafka's default 1 MiB per partition per Fetch means a round trip per
-    # ~1000 records of 1 KiB. `kafka.*` options still win.
-    if "receive.message.max.bytes" not in c:  # set by hand, it must exceed fetch.max.bytes
-        c.setdefault("max.partition.fetch.bytes", 16 << 20)
-        c.setdefault("fetch.max.bytes", 64 << 20)
     c.update({
         "group.id": f"canopy-spark-{uuid.uuid4()}-executor",
         "enable.auto.commit": False,
