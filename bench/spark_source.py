@@ -12,7 +12,9 @@ N records of SIZE random bytes over P partitions once, then reads them all back:
   spark stream readStream.format("canopy") availableNow -> noop sink (one micro-batch).
 
 Spark start-up and a warm-up read (Python workers, JIT) are excluded. Printed as a table
-and written to bench/results/spark-<timestamp>.json; the ratio is spark ÷ confluent.
+with the 1-minute load average before and after (the readers share 2 vCPUs with whatever
+else runs, so only ratios from one run compare) and written to
+bench/results/spark-<timestamp>.json; the ratio is spark ÷ confluent.
 """
 from __future__ import annotations
 
@@ -116,6 +118,7 @@ def main(argv=None) -> None:
 
     from pipelines.click_counts import spark_session
 
+    load_before = os.getloadavg()[0]
     tmp = tempfile.mkdtemp(prefix="canopy-spark-bench-")
     port = free_port()
     broker = start_broker(os.path.join(tmp, "data"), port)
@@ -142,10 +145,13 @@ def main(argv=None) -> None:
         broker.terminate()
         broker.wait(10)
 
+    load = (load_before, os.getloadavg()[0])
     base = a.records / results["confluent"]
-    print(f"\n{a.records} records x {a.size} B, {a.partitions} partitions, local[2]")
+    print(f"\n{a.records} records x {a.size} B, {a.partitions} partitions, local[2], "
+          f"load average {load[0]:.1f} -> {load[1]:.1f}")
     print(f"{'reader':<14}{'seconds':>9}{'records/s':>12}{'MB/s':>8}{'ratio':>8}")
-    out = {"records": a.records, "size": a.size, "partitions": a.partitions, "readers": {}}
+    out = {"records": a.records, "size": a.size, "partitions": a.partitions,
+           "load_average": load, "readers": {}}
     for name, dt in results.items():
         rps = a.records / dt
         print(f"{name:<14}{dt:>9.2f}{rps:>12,.0f}{rps * a.size / 1e6:>8.1f}{rps / base:>8.2f}")

@@ -33,7 +33,12 @@ def spark_session(app: str = "canopy-click-counts", master: str = "local[2]"):
             if os.path.isdir(cand):
                 os.environ["JAVA_HOME"] = cand
                 break
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # Workers run this interpreter through pipelines/spark_python.sh, which keeps Spark's
+    # pyspark.zip off their path when it duplicates the installed pyspark (a zip has no
+    # bytecode: every streaming query's freshly started source runner would compile pyspark).
+    os.environ.setdefault("CANOPY_SPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_PYTHON", os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                         "spark_python.sh"))
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # Spark binds its driver to the address the host name resolves to, or warns that it
     # "resolves to a loopback address" and picks the first external interface. A local
