@@ -36,6 +36,15 @@ class PeerUnavailable(Exception):
 
 # --------------------------------------------------------------------------- /proc
 
+def unpack_revision(rev: str, dest: Path) -> Path:
+    """The tree of git revision ``rev`` in ``dest`` (git archive), to serve it through
+    PYTHONPATH next to the checkout in A/B runs."""
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "archive", rev], cwd=ROOT, check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
-from brokers import ROOT  # noqa: E402
+from brokers import ROOT, unpack_revision  # noqa: E402
 from kafka_load import make_topic  # noqa: E402
 from produce_ab import serve  # noqa: E402
 
@@ -85,11 +84,7 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="canopy-wide-") as tmp:
         tmp = Path(tmp)
-        base_dir = tmp / "base"
-        base_dir.mkdir()
-        archive = subprocess.run(["git", "archive", args.base], cwd=ROOT, check=True,
-                                 capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(base_dir)], input=archive, check=True)
+        base_dir = unpack_revision(args.base, tmp / "base")
         revisions = {"before": base_dir, "after": ROOT}
         mins = [int(m) for m in args.min_bytes.split(",")]
         cpu: dict = {(rev, m): [] for rev in revisions for m in mins}

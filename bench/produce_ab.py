@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import uuid
@@ -28,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from brokers import ROOT, VENV, Broker  # noqa: E402
+from brokers import ROOT, VENV, Broker, unpack_revision  # noqa: E402
 from kafka_load import ck_produce, make_topic  # noqa: E402
 from progress import Progress  # noqa: E402
 
@@ -132,11 +131,7 @@ def main() -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     with tempfile.TemporaryDirectory(prefix="canopy-ab-") as tmp:
         tmp = Path(tmp)
-        base_dir = tmp / "base"
-        base_dir.mkdir()
-        archive = subprocess.run(["git", "archive", args.base], cwd=ROOT, check=True,
-                                 capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(base_dir)], input=archive, check=True)
+        base_dir = unpack_revision(args.base, tmp / "base")
         micro(base_dir, real_log=False)
         micro(base_dir, real_log=True)
         if args.micro_only:

@@ -178,17 +178,22 @@ class Connection:
                 if not await self.process(request):
                     stats.connection_failures += 1   # process() logged why
                     return
-        except (FrameTooLarge, StalledReader) as e:
-            stats.connection_failures += 1
+        except Exception as e:
+            self._closing(e, f"connection {self.id} from {self.peer} failed; closing it")
+
+    def _closing(self, e: Exception, bug: str) -> None:
+        """Count and log what ends the connection: one line for a frame too large or a
+        stalled reader, nothing for a peer that went away, ``bug`` with the traceback for
+        anything else. A bug reached by one client's bytes (e.g. a response that cannot be
+        encoded) must cost that connection, never the broker: an exception escaping a
+        connection's task would cancel the whole server nursery."""
+        if isinstance(e, (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError)):
+            return
+        self.broker.stats.connection_failures += 1
+        if isinstance(e, (FrameTooLarge, StalledReader)):
             log.warning("closing connection %s from %s: %s", self.id, self.peer, e)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
-            pass
-        except Exception:
-            # A bug reached by one client's bytes (e.g. a response that cannot be
-            # encoded) must cost that connection, never the broker: an exception
-            # escaping this task would cancel the whole server nursery.
-            stats.connection_failures += 1
-            log.exception("connection %s from %s failed; closing it", self.id, self.peer)
+        else:
+            log.error("%s", bug, exc_info=e)
 
     async def process(self, request: memoryview) -> bool:
         """Handle one request frame. Returns False when the connection must close."""
@@ -282,14 +287,8 @@ class Connection:
             stats.connection_failures += 1
             log.warning("closing connection %s from %s: %s v%d not acknowledged: %s",
                         self.id, self.peer, api(key).name, version, e)
-        except StalledReader as e:
-            stats.connection_failures += 1
-            log.warning("closing connection %s from %s: %s", self.id, self.peer, e)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
-            pass
-        except Exception:
-            stats.connection_failures += 1
-            log.exception("handler for %s v%d failed; closing connection %s", api(key).name, version, self.id)
+        except Exception as e:
+            self._closing(e, f"handler for {api(key).name} v{version} failed; closing connection {self.id}")
         self._nursery.cancel_scope.cancel()
 
     async def send_response(self, header, key: int, version: int, body: dict) -> None:

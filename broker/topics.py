@@ -28,7 +28,7 @@ from protocol.errors import ErrorCode
 from protocol.records import iter_records, validate_batches
 from replication.replica_state import EpochCache, LeaderState, truncation_point
 from replication.tree import children_of, parent_of
-from storage import Log, LogConfig, StorageError, replace_durably
+from storage import Log, LogConfig, StorageError, fsync_path, replace_durably
 
 from . import topic_configs as tc
 from .producer_state import (
@@ -447,14 +447,6 @@ class Topic:
         replace_durably(self.directory / "topic.json", json.dumps(meta, indent=1, sort_keys=True))
 
 
-def _fsync_directory(d: Path) -> None:
-    fd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _partition_dirs(d: Path) -> list[int]:
     return sorted(int(p.name) for p in d.iterdir() if p.is_dir() and p.name.isdigit())
 
@@ -683,7 +675,7 @@ class TopicRegistry:
         # in save()), then the topics directory, whose entry for the new topic directory
         # a machine crash could otherwise lose. Three fsyncs per topic, none per partition.
         topic.save()
-        _fsync_directory(self.root)
+        fsync_path(self.root)
         logs = [p.log for p in topic.partitions]
         _FILE_MAKER.submit(lambda: [lg.make_files_ahead() for lg in logs])
         self.topics[name] = topic

@@ -4,7 +4,7 @@ Imports only protocol.records; no network I/O, no Trio.  See log.py and
 segment.py for the on-disk format and its crash guarantees.
 """
 
-from .files import replace_durably
+from .files import fsync_path, replace_durably
 from .lock import DataDirLock, DataDirLocked
 from .log import (
     AppendResult, Log, LogConfig, LogOffline, OffsetOutOfRange, ReadResult, StorageError,
@@ -13,5 +13,5 @@ from .segment import Segment, StorageFull
 
 __all__ = [
     "AppendResult", "DataDirLock", "DataDirLocked", "Log", "LogConfig", "LogOffline",
-    "OffsetOutOfRange", "ReadResult", "Segment", "StorageError", "StorageFull", "replace_durably",
+    "OffsetOutOfRange", "ReadResult", "Segment", "StorageError", "StorageFull", "fsync_path", "replace_durably",
 ]

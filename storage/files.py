@@ -11,6 +11,15 @@ import os
 from pathlib import Path
 
 
+def fsync_path(path: Path) -> None:
+    """fsync a file or directory by name (a directory: the entries created in it)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def replace_durably(path: Path, text: str | bytes) -> None:
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
@@ -19,8 +28,4 @@ def replace_durably(path: Path, text: str | bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_path(path.parent)

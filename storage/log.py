@@ -44,6 +44,7 @@ from protocol.records import (
 )
 
 from .cleaner import CLEANER_CHECKPOINT, complete_interrupted_swaps
+from .files import fsync_path
 from .segment import Segment, segment_name
 
 _make_header = BatchHeader._make
@@ -85,14 +86,6 @@ class LogOffline(StorageError):
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @dataclass
@@ -290,7 +283,7 @@ class Log:
         self._fsync_dir()
 
     def _fsync_dir(self) -> None:
-        _fsync_path(self.directory)
+        fsync_path(self.directory)
 
     def _load(self) -> None:
         if not self.directory.is_dir():
@@ -859,7 +852,7 @@ class Log:
                 if self._parent_unsynced:
                     # the partition directory's own entry (made at its first append)
                     self._parent_unsynced = False
-                    _fsync_path(self.directory.parent)
+                    fsync_path(self.directory.parent)
                 for s, committed in work:
                     if not s.deleted:
                         s.flush_to(committed)
