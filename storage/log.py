@@ -12,11 +12,11 @@ A log that has never been written has no directory and no files: they are made a
 first append (``_create_files``), or just before by a worker thread that the broker starts
 after CreateTopics (``make_files_ahead``, which only creates what is missing). A topic of 1 000 partitions is then created with a
 handful of file operations instead of ~10 per partition (a directory, two files, an
-index allocation and two mappings each: 0.6 s here), and its idle partitions hold no
+index allocation and mappings each: 0.6 s here), and its idle partitions hold no
 file descriptors. Nothing is lost by a crash meanwhile: the topic's partition count is
 in topic.json (broker/topics.py), and a partition whose directory is missing opens as
 an empty log, which is all it was. Kafka creates the segment eagerly; its
-preallocation is lazy, as canopy's pre-faulting is.
+preallocation is lazy, as canopy's block reservation is (segment.py).
 
 Threading: every method except ``flush`` and ``make_files_ahead`` must be called from one
 thread (the broker's Trio thread).  ``flush`` may run in a worker thread concurrently with
