@@ -189,26 +189,32 @@ def _fetch_at_ends(client, topic, hws, max_wait, min_bytes, max_bytes=1 << 30):
              "log_start_offset": -1} for i, hw in hws.items()]}]}, timeout=60)["responses"][0]["partitions"]
 
 
+def _fetch_at_ends_while_producing(broker, client, topic, hws, appends, **fetch):
+    """_fetch_at_ends, while another connection appends each (partition, batch) of
+    ``appends`` 0.5 s apart: each append wakes the parked Fetch once."""
+    producer = RawClient(broker.bootstrap)
+
+    def produce_later():
+        for partition, batch in appends:
+            time.sleep(0.5)
+            _produce_to(producer, topic, partition, batch)
+    thread = threading.Thread(target=produce_later)
+    thread.start()
+    try:
+        return _fetch_at_ends(client, topic, hws, **fetch)
+    finally:
+        thread.join()
+        producer.close()
+
+
 def test_long_poll_over_many_partitions_returns_what_woke_it(broker, client):
     """A consumer long-polls 300 partitions, each at its log end; appends to two of them,
     one after the other, wake it twice (min_bytes needs both). The answer lists every
     partition in request order, with exactly the two new batches and each partition's HW."""
     hws = _many_partitions_waiting(broker, client, "wide", 300)
     first, second = make_batch([b"first-a", b"first-b"]), make_batch([b"second"])
-    producer = RawClient(broker.bootstrap)
-
-    def produce_later():
-        time.sleep(0.5)
-        _produce_to(producer, "wide", 137, first)
-        time.sleep(0.5)
-        _produce_to(producer, "wide", 42, second)
-    thread = threading.Thread(target=produce_later)
-    thread.start()
-    try:
-        parts = _fetch_at_ends(client, "wide", hws, max_wait=30000, min_bytes=len(first) + len(second))
-    finally:
-        thread.join()
-        producer.close()
+    parts = _fetch_at_ends_while_producing(broker, client, "wide", hws, [(137, first), (42, second)],
+                                           max_wait=30000, min_bytes=len(first) + len(second))
     assert [p["partition_index"] for p in parts] == list(range(300))
     got = {p["partition_index"]: [(r.offset, r.value) for r in iter_records(bytes(p["records"]))]
            for p in parts if len(p["records"])}
@@ -223,21 +229,9 @@ def test_long_poll_over_many_partitions_keeps_the_response_limit(broker, client)
     second partition's batch does not fit and is left for the next Fetch."""
     hws = _many_partitions_waiting(broker, client, "wide2", 100)
     first, second = make_batch([b"a" * 2000]), make_batch([b"b" * 2000])
-    producer = RawClient(broker.bootstrap)
-
-    def produce_later():
-        time.sleep(0.5)
-        _produce_to(producer, "wide2", 70, first)
-        time.sleep(0.5)
-        _produce_to(producer, "wide2", 10, second)
-    thread = threading.Thread(target=produce_later)
-    thread.start()
-    try:
-        parts = _fetch_at_ends(client, "wide2", hws, max_wait=3000, min_bytes=len(first) + len(second),
-                               max_bytes=len(first) + 500)
-    finally:
-        thread.join()
-        producer.close()
+    parts = _fetch_at_ends_while_producing(broker, client, "wide2", hws, [(70, first), (10, second)],
+                                           max_wait=3000, min_bytes=len(first) + len(second),
+                                           max_bytes=len(first) + 500)
     with_data = {p["partition_index"]: bytes(p["records"]) for p in parts if len(p["records"])}
     assert list(with_data) == [70] and [r.value for r in iter_records(with_data[70])] == [b"a" * 2000]
     assert {p["partition_index"]: p["high_watermark"] for p in parts} == {**hws, 70: hws[70] + 1,
