@@ -6,6 +6,7 @@ confluent-kafka, aiokafka, the Java client); nothing here stands in for the brok
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -22,10 +23,38 @@ CANOPY = VENV_BIN / "canopy"
 IN_CI = os.environ.get("CI") == "true"
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+_EPHEMERAL_LOW = _ephemeral_low()
+_handed_out: set[int] = set()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A port nothing listens on, below the kernel's ephemeral range.
+
+    A port the kernel picks for bind(0) comes from the ephemeral range, which every outgoing
+    connection also draws from: between this call and the broker's own bind, an etcd client
+    or a replica fetcher could take it ("address already in use"). Ports below the range are
+    never handed to connections, and this process never hands one out twice.
+    """
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randrange(10000, _EPHEMERAL_LOW)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free port on {host} below {_EPHEMERAL_LOW}")
 
 
 def require_tool(path_or_name: str | Path, why: str) -> str:
