@@ -13,6 +13,7 @@ from protocol.records import InvalidRecordBatch
 from storage import LogOffline, cleaner, replace_durably
 
 from .config import BrokerConfig
+from .fetch_sessions import FetchSessionCache
 from .stats import BrokerStats
 from .topics import TopicRegistry
 
@@ -183,6 +184,7 @@ class Broker:
         self.topics.load()
         floor = max((p.producers.highest_producer_id() for p in self.topics.all_partitions()), default=-1)
         self.producer_ids = ProducerIdAllocator(Path(config.data_dir) / "producer_ids.json", floor)
+        self.fetch_sessions = FetchSessionCache()   # KIP-227, Kafka's defaults (1 000 sessions)
         self.flusher = Flusher(config.flush, config.flush_interval_ms, self.stats.fsync)
         self.cluster = Cluster(self)
         from .security.scram import CredentialStore

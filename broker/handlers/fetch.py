@@ -10,10 +10,12 @@ Rules clients depend on:
 * Whole batches, starting with the one that contains fetch_offset; the first batch is
   returned whole even when it is larger than the limits (else a consumer could never
   make progress past it); after that, per-partition and per-response limits hold.
-* Exactly the requested partitions are listed (the Java client drops a response that
-  lists others or omits one).
-* Sessions: canopy answers session_id 0 ("no session"), which every client accepts and
-  answers with full fetches again.
+* A full fetch lists exactly the requested partitions (the Java client drops a response
+  that lists others or omits one).
+* Sessions (KIP-227, broker/fetch_sessions.py): a Fetch with session_epoch 0 opens a
+  session; later ones name only changed partitions and are answered with only the
+  partitions that have something new. Session-less fetches (epoch -1, librdkafka's and
+  kafka-python's) are answered as before.
 * Long polling: wait up to max_wait_ms for min_bytes, woken the moment data is appended.
   Only the partitions that woke are read again (a consumer of 1 000 partitions, one of
   them busy, would otherwise re-read 999 idle ones per append); the budget rules above
@@ -189,19 +191,25 @@ async def handle(ctx, request: dict, version: int) -> dict:
     registry = broker.topics
     reads: list[_PartitionRead] = []
     replica_id = request.get("replica_id", -1)
+    fetch = broker.fetch_sessions.context(request, monotonic_ms())
+    if fetch.error:
+        return {"throttle_time_ms": 0, "error_code": fetch.error, "session_id": 0, "responses": []}
     # Kafka: a replica's fetch needs CLUSTER_ACTION on the cluster, a consumer's READ on
     # each topic; refused partitions answer TOPIC_AUTHORIZATION_FAILED (and are not read).
     replica_allowed = replica_id < 0 or ctx.allowed(Operation.CLUSTER_ACTION, ResourceType.CLUSTER)
-    for t in request["topics"]:
-        topic = registry.get(t["topic"])
-        denied = not replica_allowed or (replica_id < 0 and not ctx.allowed(Operation.READ, ResourceType.TOPIC,
-                                                                            t["topic"]))
-        for pr in t["partitions"]:
-            idx = pr["partition"]
-            p = topic.partitions[idx] if topic is not None and 0 <= idx < len(topic.partitions) and not denied \
-                else None
-            reads.append(r := _PartitionRead(t["topic"], pr, p))
-            r.denied = denied
+    topics: dict[str, tuple] = {}
+    for name, pr in fetch.partitions:
+        looked_up = topics.get(name)
+        if looked_up is None:
+            denied = not replica_allowed or (replica_id < 0 and not ctx.allowed(Operation.READ,
+                                                                                ResourceType.TOPIC, name))
+            looked_up = topics[name] = (registry.get(name), denied)
+        topic, denied = looked_up
+        idx = pr["partition"]
+        p = topic.partitions[idx] if topic is not None and 0 <= idx < len(topic.partitions) and not denied \
+            else None
+        reads.append(r := _PartitionRead(name, pr, p))
+        r.denied = denied
 
     max_bytes = request.get("max_bytes", 0x7FFFFFFF)
     min_bytes = request["min_bytes"]
@@ -210,8 +218,7 @@ async def handle(ctx, request: dict, version: int) -> dict:
         for r in reads:
             if r.partition is not None:
                 r.partition.record_replica_fetch(replica_id, r.request["fetch_offset"], now)
-    else:
-        rack = request.get("rack_id")
+    elif rack := request.get("rack_id"):
         for r in reads:
             if r.partition is not None and r.partition.is_leader:
                 r.preferred_read_replica = preferred_read_replica(broker, r.partition, rack)
@@ -254,17 +261,36 @@ async def handle(ctx, request: dict, version: int) -> dict:
             for w in wakers.values():
                 w.partition.waiters.discard(w)
 
+    session = fetch.session
+    if fetch.new_session:
+        session = broker.fetch_sessions.create(fetch.partitions, replica_id >= 0, monotonic_ms())
     responses: dict[str, list] = {}
     order: list[str] = []
+    busy = []
     for r in reads:
+        p = r.partition
+        hw = p.high_watermark if p is not None else -1
+        log_start = p.log_start_offset if p is not None else -1
+        if p is not None and replica_id >= 0:
+            p.hw_sent[replica_id] = hw
+        has_records = r.result is not None and r.result.size > 0
+        if session is not None:
+            key = (r.topic_name, r.request["partition"])
+            # (None: another Fetch of this session forgot the partition while this one waited.)
+            cached = session.partitions.get(key)
+            news = cached is None or cached.must_respond(
+                hw, log_start, r.error, has_records,
+                r.diverging_epoch is not None or r.preferred_read_replica >= 0)
+            if has_records:
+                busy.append(key)
+            if fetch.incremental and not news and key not in fetch.named:
+                if r.result is not None:
+                    r.result.release()
+                continue
         if r.topic_name not in responses:
             responses[r.topic_name] = []
             order.append(r.topic_name)
-        p = r.partition
-        hw = p.high_watermark if p is not None else -1
-        if p is not None and replica_id >= 0:
-            p.hw_sent[replica_id] = hw
-        if r.result is not None and r.result.size:
+        if has_records:
             records = ExternalBytes(r.result.size, r.result)
             if replica_id >= 0:
                 p.replication_bytes_out += r.result.size
@@ -283,10 +309,12 @@ async def handle(ctx, request: dict, version: int) -> dict:
             "error_code": r.error,
             "high_watermark": hw,
             "last_stable_offset": hw,
-            "log_start_offset": p.log_start_offset if p is not None else -1,
+            "log_start_offset": log_start,
             "aborted_transactions": [],
             "preferred_read_replica": r.preferred_read_replica,
             "records": records,
         })
-    return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0,
+    if session is not None:
+        session.move_to_end(busy)
+    return {"throttle_time_ms": 0, "error_code": 0, "session_id": session.id if session is not None else 0,
             "responses": [{"topic": name, "partitions": responses[name]} for name in order]}

@@ -299,3 +299,73 @@ def test_flush_policies_acknowledge_and_keep_data(broker_factory, policy):
     c = RawClient(b2.bootstrap)
     assert end_offset(c, "durable") == 100
     c.close()
+
+
+def _session_fetch(client, topic, session_id, epoch, parts=None, forgotten=(), max_wait=0, min_bytes=0):
+    """A Fetch v12 in a KIP-227 session; ``parts`` maps partition -> fetch offset."""
+    return client.request(ApiKey.FETCH, 12, {
+        "replica_id": -1, "max_wait_ms": max_wait, "min_bytes": min_bytes, "max_bytes": 1 << 30,
+        "isolation_level": 0, "session_id": session_id, "session_epoch": epoch,
+        "topics": [{"topic": topic, "partitions": [
+            {"partition": i, "fetch_offset": o, "partition_max_bytes": 1 << 20, "current_leader_epoch": -1,
+             "log_start_offset": -1} for i, o in parts.items()]}] if parts else [],
+        "forgotten_topics_data": [{"topic": topic, "partitions": list(forgotten)}] if forgotten else [],
+        "rack_id": ""}, timeout=60)
+
+
+def _listed(resp) -> dict[int, dict]:
+    assert resp["error_code"] == 0, resp
+    return {p["partition_index"]: p for t in resp["responses"] for p in t["partitions"]}
+
+
+def test_fetch_session_answers_only_what_changed(broker, client):
+    """KIP-227 as the Java client uses it: a full Fetch with epoch 0 opens a session; each
+    later Fetch names only partitions whose offset changed and is answered with only the
+    partitions that have records, a new high watermark or a new log start offset."""
+    hws = _many_partitions_waiting(broker, client, "sess", 50)
+    opened = _session_fetch(client, "sess", 0, 0, hws)
+    assert sorted(_listed(opened)) == list(range(50))
+    sid = opened["session_id"]
+    assert sid > 0
+    assert _listed(_session_fetch(client, "sess", sid, 1)) == {}
+    _produce_to(client, "sess", 7, make_batch([b"news"]))
+    listed = _listed(_session_fetch(client, "sess", sid, 2))
+    assert list(listed) == [7] and listed[7]["high_watermark"] == hws[7] + 1
+    assert [(r.offset, r.value) for r in iter_records(bytes(listed[7]["records"]))] == [(hws[7], b"news")]
+    # The consumer moves on: the partition it names is answered (empty); nothing else is new.
+    listed = _listed(_session_fetch(client, "sess", sid, 3, {7: hws[7] + 1}))
+    assert list(listed) == [7] and len(listed[7]["records"]) == 0
+    assert _listed(_session_fetch(client, "sess", sid, 4)) == {}
+    r = client.request(ApiKey.DELETE_RECORDS, 2, {"topics": [{"name": "sess", "partitions": [
+        {"partition_index": 3, "offset": 1}]}], "timeout_ms": 5000})
+    assert r["topics"][0]["partitions"][0]["error_code"] == 0
+    listed = _listed(_session_fetch(client, "sess", sid, 5))
+    assert list(listed) == [3] and listed[3]["log_start_offset"] == 1 and len(listed[3]["records"]) == 0
+    # A forgotten partition is no longer read.
+    assert _listed(_session_fetch(client, "sess", sid, 6, forgotten=[9])) == {}
+    _produce_to(client, "sess", 9, make_batch([b"unseen"]))
+    assert _listed(_session_fetch(client, "sess", sid, 7)) == {}
+    # Kafka's errors: a stale epoch, and a session closed by epoch -1.
+    stale = _session_fetch(client, "sess", sid, 7)
+    assert (stale["error_code"], stale["session_id"], stale["responses"]) == \
+        (ErrorCode.INVALID_FETCH_SESSION_EPOCH, 0, [])
+    closed = _session_fetch(client, "sess", sid, -1, {0: 0})
+    assert closed["session_id"] == 0 and list(_listed(closed)) == [0]
+    assert _session_fetch(client, "sess", sid, 8)["error_code"] == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+
+
+def test_fetch_session_long_poll_wakes_on_a_partition_it_did_not_name(broker, client):
+    """An incremental Fetch naming nothing still parks on every partition of its session
+    and is answered with the one an append woke."""
+    hws = _many_partitions_waiting(broker, client, "sess-wide", 300)
+    sid = _session_fetch(client, "sess-wide", 0, 0, hws)["session_id"]
+    producer = RawClient(broker.bootstrap)
+    timer = threading.Timer(0.5, lambda: _produce_to(producer, "sess-wide", 137, make_batch([b"wake"])))
+    timer.start()
+    try:
+        listed = _listed(_session_fetch(client, "sess-wide", sid, 1, max_wait=30000, min_bytes=1))
+    finally:
+        timer.join()
+        producer.close()
+    assert list(listed) == [137]
+    assert [(r.offset, r.value) for r in iter_records(bytes(listed[137]["records"]))] == [(hws[137], b"wake")]
