@@ -2,7 +2,9 @@
 
 It is the Kafka replica fetcher: Fetch with replica_id = our node id, starting at our log
 end offset, appending the upstream's batches byte for byte (same offsets, same CRCs,
-same leader epochs) and taking the high watermark from each response. Before fetching
+same leader epochs) and taking the high watermark from each response. Fetches run in a
+KIP-227 session (fetch_session.py): each names only the partitions whose fetch state
+changed, and the upstream answers only those with news. Before fetching
 for a partition whose leader epoch changed, it asks the upstream where its own log
 diverged (OffsetForLeaderEpoch, KIP-101/279) and truncates the divergent tail. Every
 Fetch also carries the epoch of its last batch (last_fetched_epoch); an upstream whose
@@ -28,6 +30,7 @@ from protocol.records import InvalidRecordBatch
 
 from .client import PeerConnection, PeerError
 from .client_security import PLAINTEXT, ClientSecurity
+from .fetch_session import FetchSessionHandler
 
 log = logging.getLogger("canopy.replication")
 
@@ -51,6 +54,8 @@ class UpstreamFetcher:
         self.changed = changed
         # The upstream's inter-broker listener may be TLS and/or SASL (client_security.py).
         self.conn = PeerConnection(address[0], address[1], client_id=f"canopy-replica-{node_id}", security=security)
+        # KIP-227: after the first Fetch, name only the partitions whose fetch state changed.
+        self.session = FetchSessionHandler()
 
     async def run(self) -> None:
         backoff = 0.05
@@ -99,21 +104,23 @@ class UpstreamFetcher:
         if not parts:
             await trio.sleep(0.05)
             return
-        by_topic: dict[str, list] = {}
-        for p in parts:
-            by_topic.setdefault(p.topic.name, []).append(p)
+        wanted = {(p.topic.name, p.index): {
+            "partition": p.index, "current_leader_epoch": p.leader_epoch,
+            "fetch_offset": p.log.log_end_offset, "last_fetched_epoch": p.latest_epoch(),
+            "log_start_offset": p.log.log_start_offset, "partition_max_bytes": PARTITION_MAX_BYTES}
+            for p in parts}
         request = {
             "replica_id": self.node_id, "max_wait_ms": self.wait_ms, "min_bytes": 1,
-            "max_bytes": RESPONSE_MAX_BYTES, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
-            "topics": [{"topic": t, "partitions": [{
-                "partition": p.index, "current_leader_epoch": p.leader_epoch,
-                "fetch_offset": p.log.log_end_offset, "last_fetched_epoch": p.latest_epoch(),
-                "log_start_offset": p.log.log_start_offset, "partition_max_bytes": PARTITION_MAX_BYTES}
-                for p in ps]} for t, ps in by_topic.items()],
-            "forgotten_topics_data": [], "rack_id": "",
+            "max_bytes": RESPONSE_MAX_BYTES, "isolation_level": 0, "rack_id": "",
+            **self.session.build(wanted),
         }
         sent = {id(p): (p.leader_epoch, p.log.log_end_offset) for p in parts}
-        resp = await self.conn.request(ApiKey.FETCH, FETCH_VERSION, request, timeout=self.wait_ms / 1000 + 30)
+        try:
+            resp = await self.conn.request(ApiKey.FETCH, FETCH_VERSION, request, timeout=self.wait_ms / 1000 + 30)
+        except PeerError:
+            self.session.reset()   # the answer may have been lost after the upstream moved the epoch
+            raise
+        self.session.on_response(resp.get("error_code", 0), resp.get("session_id", 0))
         if resp.get("error_code"):
             await trio.sleep(0.1)
             return
