@@ -135,6 +135,7 @@ class FetchSessionCache:
         self.max_sessions = max_sessions
         self.eviction_ms = eviction_ms
         self.sessions: dict[int, FetchSession] = {}
+        self.evictions = 0
         self._rng = rng or random.Random()
 
     def context(self, request: dict, now_ms: int) -> FetchContext:
@@ -186,4 +187,8 @@ class FetchSessionCache:
         if victim is None:
             return False
         del self.sessions[victim.id]
+        self.evictions += 1
         return True
+
+    def partitions_cached(self) -> int:
+        return sum(len(s.partitions) for s in self.sessions.values())

@@ -23,13 +23,16 @@ class FetchSessionHandler:
         # (topic, partition) -> the request fields last sent for it in this session
         self.sent: dict[tuple[str, int], dict] = {}
         self._pending: dict[tuple[str, int], dict] | None = None
+        # A session given up on is named in the next full Fetch (epoch 0 with its id), so
+        # the upstream drops it at once instead of keeping it until eviction.
+        self._close_id = INVALID_SESSION_ID
 
     def build(self, wanted: dict[tuple[str, int], dict]) -> dict:
         """Request fields (session_id, session_epoch, topics, forgotten_topics_data) for
         fetching ``wanted``: (topic, partition) -> that partition's request fields."""
         self._pending = dict(wanted)
         if self.session_id == INVALID_SESSION_ID:
-            return {"session_id": INVALID_SESSION_ID, "session_epoch": INITIAL_EPOCH,
+            return {"session_id": self._close_id, "session_epoch": INITIAL_EPOCH,
                     "topics": _by_topic(wanted.items()), "forgotten_topics_data": []}
         changed = [(k, v) for k, v in wanted.items() if self.sent.get(k) != v]
         forgotten: dict[str, list[int]] = {}
@@ -46,6 +49,7 @@ class FetchSessionHandler:
         if self.session_id == INVALID_SESSION_ID:
             # The answer to a full Fetch: a new session (or none, id 0: stay with full fetches).
             self.session_id = session_id
+            self._close_id = INVALID_SESSION_ID
         elif session_id != self.session_id:
             self.reset()
             return
@@ -55,6 +59,8 @@ class FetchSessionHandler:
             self.epoch = 1 if self.epoch >= _MAX_EPOCH else self.epoch + 1
 
     def reset(self) -> None:
+        if self.session_id != INVALID_SESSION_ID:
+            self._close_id = self.session_id
         self.session_id = INVALID_SESSION_ID
         self.epoch = INITIAL_EPOCH
         self.sent = {}

@@ -169,6 +169,16 @@ class BrokerCollector:
         yield CounterMetricFamily("kafka_server_replicamanager_isrexpands", "Committed ISR expansions of partitions led here",
                                   value=stats.isr_expands)
 
+        # -- fetch sessions (kafka.server:type=FetchSessionCache, KIP-227) ---------------
+        sessions = b.fetch_sessions
+        yield GaugeMetricFamily("kafka_server_fetchsessioncache_numincrementalfetchsessions",
+                                "Incremental fetch sessions cached (followers' and consumers')",
+                                value=len(sessions.sessions))
+        yield GaugeMetricFamily("kafka_server_fetchsessioncache_numincrementalfetchpartitionscached",
+                                "Partitions in all cached fetch sessions", value=sessions.partitions_cached())
+        yield CounterMetricFamily("kafka_server_fetchsessioncache_incrementalfetchsessionevictions",
+                                  "Fetch sessions evicted to make room for a new one", value=sessions.evictions)
+
         # -- controller (kafka.controller:type=KafkaController / ControllerStats) -------
         cluster = b.cluster
         active = 1 if (cluster.enabled and cluster.controller.active) or not cluster.enabled else 0

@@ -123,6 +123,10 @@ def test_metrics_count_exactly_and_follow_a_killed_follower(http_cluster):
         assert value(s, "kafka_server_brokertopicmetrics_messagesin_total", topic="obs") == 0
         assert value(s, "kafka_log_log_logendoffset", topic="obs") == n_records + raw_records
     assert value(after, "kafka_server_brokertopicmetrics_replicationbytesout_total", topic="obs") >= 2 * client_bytes
+    # Both followers are the leader's children (fan-out 2) and fetch in a KIP-227 session each.
+    s = scrape(brokers[leader])
+    assert value(s, "kafka_server_fetchsessioncache_numincrementalfetchsessions") == len(followers) == 2
+    assert value(s, "kafka_server_fetchsessioncache_numincrementalfetchpartitionscached") == 2
 
     # The raw batches' exact sizes: one more produce, measured alone.
     c = RawClient(brokers[leader].bootstrap)

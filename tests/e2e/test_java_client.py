@@ -13,14 +13,16 @@ import os
 import struct
 import subprocess
 import time
+import urllib.request
 import uuid
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.conftest import ROOT, BrokerProcess, require_tool
+from tests.e2e.conftest import ROOT, BrokerProcess, free_port, require_tool
 
 JARS = Path(os.environ.get("CANOPY_JARS", ROOT / ".cache" / "jars"))
 SOURCE = ROOT / "tests" / "java" / "SparkLikeClient.java"
@@ -425,3 +427,50 @@ def test_java_producer_kafka_python_consumer(java, broker_ro, produced):
         consumer.close()
     assert [(r.offset, r.key, r.value, r.timestamp) for r in got] == [
         (i, key(i), value(i), produced.ts_base + i * TS_STEP) for i in range(N)]
+
+
+def test_consumer_fetches_in_a_session_woken_by_new_records(java, broker_factory):
+    """KIP-227 as Spark's executors use it: the Java consumer opens a fetch session (seen in
+    the broker's /metrics while it waits), its incremental Fetches are woken by records
+    produced meanwhile, and it gets every record exactly once, in order."""
+    from kafka import KafkaProducer
+
+    http = f"127.0.0.1:{free_port()}"
+    broker = broker_factory(extra_args=["--http-listen", http])
+
+    def sessions() -> float:
+        with urllib.request.urlopen(f"http://{http}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        return next(s.value for f in text_string_to_metric_families(text) for s in f.samples
+                    if s.name == "kafka_server_fetchsessioncache_numincrementalfetchsessions")
+
+    topic, n = new_topic("session"), 400
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", linger_ms=5)
+
+    def send(lo, hi):
+        for i in range(lo, hi):
+            producer.send(topic, key=key(i), value=value(i, 50), partition=0, timestamp_ms=1_700_000_000_000 + i)
+        producer.flush(timeout=60)
+    try:
+        send(0, n // 2)
+        consumer = subprocess.Popen(["java", "-cp", java.classpath, "SparkLikeClient", "consume-range",
+                                     broker.bootstrap, topic, "0", "0", str(n)],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while sessions() < 1:
+                assert consumer.poll() is None and time.monotonic() < deadline, \
+                    f"no fetch session opened\n{_broker_log(broker)}"
+                time.sleep(0.2)
+            send(n // 2, n)
+            out, err = consumer.communicate(timeout=JAVA_TIMEOUT)
+        finally:
+            if consumer.poll() is None:
+                consumer.kill()
+                consumer.wait()
+    finally:
+        producer.close(timeout=10)
+    assert consumer.returncode == 0, f"{out}\n{_tail(_no_slf4j(err))}{_broker_log(broker)}"
+    assert Result(out, err, 0).kv_lines()[-1] == {
+        "count": str(n), "first": "0", "last": str(n - 1),
+        "crc": record_crc((i, key(i), value(i, 50)) for i in range(n))}

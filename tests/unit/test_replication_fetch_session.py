@@ -40,7 +40,10 @@ def test_any_error_or_lost_answer_starts_over_with_a_full_fetch():
         h.build(wanted)
         fail(h)
         req = h.build(wanted)
-        assert (req["session_id"], req["session_epoch"]) == (0, 0) and req["topics"]
+        # A full Fetch that also closes the abandoned session (KIP-227: id with epoch 0).
+        assert (req["session_id"], req["session_epoch"]) == (5, 0) and req["topics"]
+        h.on_response(0, 6)
+        assert (h.build(wanted)["session_id"], h.epoch) == (6, 1)
 
 
 def test_no_room_for_a_session_keeps_sending_full_fetches():
