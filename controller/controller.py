@@ -55,12 +55,19 @@ class NotController(ControllerError):
         super().__init__(ErrorCode.NOT_CONTROLLER, message)
 
 
+# Operations per etcd transaction: below etcd's default --max-txn-ops (128).
+TXN_OPS = 100
+
+
 class Controller:
     def __init__(self, cluster):
         self.cluster = cluster          # broker/cluster.py: store, image, lease, config
         self.node_id = cluster.node_id
         self.epoch = -1                 # create revision of our controller key, -1 when not held
         self._offline_reported: set[tuple[str, int]] = set()
+        # Topic creation and growth may take several transactions (TXN_OPS below): one at
+        # a time, so two CreateTopics of one name never interleave their partition keys.
+        self._topic_changes = trio.Lock()
 
     @property
     def active(self) -> bool:
@@ -199,11 +206,16 @@ class Controller:
         if not self.active:
             raise NotController()
         t = TopicImage(name, uuid.uuid4(), dict(configs), fanout, num_partitions)
-        ops = [Op.put(topic_key(name), t.to_value())]
-        for i in range(num_partitions):
-            ops.append(Op.put(partition_key(name, i), _new_partition(live, i, rf, fanout).to_value(self.epoch)))
-        if await self._write([Compare.create_revision(topic_key(name), "=", 0)], ops) is None:
-            raise ControllerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        partitions = [Op.put(partition_key(name, i), _new_partition(live, i, rf, fanout).to_value(self.epoch))
+                      for i in range(num_partitions)]
+        absent = Compare.create_revision(topic_key(name), "=", 0)
+        async with self._topic_changes:
+            # Partition keys left by a creation a former controller did not finish go first
+            # (in a transaction of their own: etcd refuses a put inside a deleted range).
+            if (img.partition_keys(name) and await self._write(
+                    [absent], [Op.delete(f"{PARTITIONS}{name}/", prefix=True)]) is None) \
+                    or not await self._write_topic([absent], partitions, Op.put(topic_key(name), t.to_value())):
+                raise ControllerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
         log.info("controller: created topic %s: %d partition(s), replication factor %d, fanout %d",
                  name, num_partitions, rf, fanout)
         return self.cluster.image.topics.get(name)
@@ -233,12 +245,27 @@ class Controller:
         if validate_only:
             return
         grown = TopicImage(t.name, t.topic_id, t.configs, t.fanout, total)
-        ops = [Op.put(topic_key(name), grown.to_value())]
-        for i in range(len(t.partitions), total):
-            ops.append(Op.put(partition_key(name, i), _new_partition(live, i, rf, t.fanout).to_value(self.epoch)))
-        key = topic_key(name)
-        if await self._write([Compare.value(key, "=", t.to_value())], ops) is None:
-            raise ControllerError(ErrorCode.INVALID_PARTITIONS, f"topic {name!r} changed meanwhile; retry")
+        partitions = [Op.put(partition_key(name, i), _new_partition(live, i, rf, t.fanout).to_value(self.epoch))
+                      for i in range(len(t.partitions), total)]
+        unchanged = Compare.value(topic_key(name), "=", t.to_value())
+        async with self._topic_changes:
+            if not await self._write_topic([unchanged], partitions, Op.put(topic_key(name), grown.to_value())):
+                raise ControllerError(ErrorCode.INVALID_PARTITIONS, f"topic {name!r} changed meanwhile; retry")
+
+    async def _write_topic(self, compares: list, partitions: list, topic: dict) -> bool:
+        """Write a topic's new partition keys and then its topic key, each transaction
+        guarded by ``compares``; False when a guard failed. etcd refuses a transaction of
+        more than --max-txn-ops operations (128 by default), so a topic of many partitions
+        takes several: brokers show a topic only once its topic key and every partition key
+        it counts have arrived (controller/image.py), so no broker sees half of it. A
+        creation cut short leaves partition keys no topic counts, removed by the next
+        creation of that name."""
+        if len(partitions) < TXN_OPS:
+            return await self._write(compares, partitions + [topic]) is not None
+        for chunk in [partitions[i:i + TXN_OPS] for i in range(0, len(partitions), TXN_OPS)] + [[topic]]:
+            if await self._write(compares, chunk) is None:
+                return False
+        return True
 
     async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         """Replace a topic's config overrides (AlterConfigs, IncrementalAlterConfigs; the

@@ -278,5 +278,10 @@ class ClusterImage:
         else:
             self._complete.pop(name, None)
 
+    def partition_keys(self, name: str) -> int:
+        """How many partition keys of this name etcd holds (a topic's, or ones left by a
+        creation that did not finish)."""
+        return len(self._partitions.get(name, {}))
+
     def partition(self, name: str, index: int) -> PartitionImage | None:
         return self._partitions.get(name, {}).get(index)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import ElectionType, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions,
+                                   NewTopic, ResourceType)
 
 from tests.e2e.rawclient import RawClient
 
@@ -166,3 +167,26 @@ def test_unclean_election_brings_an_offline_partition_back(cluster3):
 
     # b serves as leader once it has applied the election; it kept what it had replicated.
     assert wait_for(end_offset_on_b, "the new leader answering") == 10
+
+
+def test_topics_of_more_partitions_than_an_etcd_transaction_holds(cluster3):
+    """etcd refuses a transaction of more than 128 operations (--max-txn-ops): the
+    controller writes a large topic in several, and every broker shows it whole (or not
+    at all) with a leader for each partition; CreatePartitions grows it the same way."""
+    admin = AdminClient({"bootstrap.servers": cluster3[1].bootstrap})
+    admin.create_topics([NewTopic("wide", 300, 2)], operation_timeout=60, request_timeout=90)["wide"].result(90)
+
+    def led_everywhere(count):
+        for b in cluster3.values():
+            parts = metadata(b.bootstrap, "wide")
+            if sorted(parts) != list(range(count)) or any(leader < 0 for leader, *_ in parts.values()):
+                return False
+        return True
+    wait_for(lambda: led_everywhere(300), "300 partitions, each led, on every broker")
+    admin.create_partitions([NewPartitions("wide", 450)], operation_timeout=60,
+                            request_timeout=90)["wide"].result(90)
+    wait_for(lambda: led_everywhere(450), "450 partitions, each led, on every broker")
+    p = Producer({"bootstrap.servers": cluster3[1].bootstrap, "acks": "all"})
+    for i in (0, 299, 449):
+        p.produce("wide", b"v%d" % i, partition=i)
+    assert p.flush(60) == 0
