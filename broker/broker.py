@@ -184,7 +184,7 @@ class Broker:
         self.topics.load()
         floor = max((p.producers.highest_producer_id() for p in self.topics.all_partitions()), default=-1)
         self.producer_ids = ProducerIdAllocator(Path(config.data_dir) / "producer_ids.json", floor)
-        self.fetch_sessions = FetchSessionCache()   # KIP-227, Kafka's defaults (1 000 sessions)
+        self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)   # KIP-227
         self.flusher = Flusher(config.flush, config.flush_interval_ms, self.stats.fsync)
         self.cluster = Cluster(self)
         from .security.scram import CredentialStore

@@ -96,6 +96,9 @@ class BrokerConfig:
     replica_lag_time_max_ms: int = 10_000  # Kafka's replica.lag.time.max.ms (30 s there)
     leader_failure_timeout_ms: int = 3000  # the registration lease TTL: silent this long = dead
     replica_fetch_wait_ms: int = 500       # follower long-poll (replica.fetch.wait.max.ms)
+    # KIP-227 fetch sessions cached (Kafka's max.incremental.fetch.session.cache.slots);
+    # 0: none, every Fetch is answered in full (broker/fetch_sessions.py)
+    max_incremental_fetch_session_cache_slots: int = 1000
     offsets_topic_num_partitions: int = 8  # Kafka's offsets.topic.num.partitions (50 there)
     offsets_topic_replication_factor: int = 3   # Kafka's offsets.topic.replication.factor
     offsets_topic_segment_bytes: int = 16 << 20  # Kafka's offsets.topic.segment.bytes (100 MiB there)

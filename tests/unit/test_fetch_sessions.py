@@ -112,3 +112,10 @@ def test_full_cache_evicts_idle_sessions_first_then_by_privilege_and_size():
     ctx = cache.context(fetch(0, 0, [part(0)]), 1600)
     c2 = cache.create(ctx.partitions, False, 1600)
     assert c2 is not None and follower.id not in cache.sessions and small.id not in cache.sessions
+
+
+def test_no_slots_means_no_sessions():
+    # max.incremental.fetch.session.cache.slots=0: every full Fetch is answered session-less.
+    cache = FetchSessionCache(max_sessions=0)
+    ctx = cache.context(fetch(0, 0, [part(0)]), 0)
+    assert ctx.new_session and cache.create(ctx.partitions, True, 0) is None and cache.sessions == {}
