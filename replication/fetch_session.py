@@ -11,6 +11,8 @@ that restarted and forgot the session) resets to a full Fetch that opens a new s
 """
 from __future__ import annotations
 
+from typing import Callable
+
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0
 _MAX_EPOCH = 2**31 - 1
@@ -20,21 +22,25 @@ class FetchSessionHandler:
     def __init__(self):
         self.session_id = INVALID_SESSION_ID
         self.epoch = INITIAL_EPOCH
-        # (topic, partition) -> the request fields last sent for it in this session
-        self.sent: dict[tuple[str, int], dict] = {}
-        self._pending: dict[tuple[str, int], dict] | None = None
+        # (topic, partition) -> the fetch state last sent for it in this session
+        self.sent: dict[tuple[str, int], object] = {}
+        self._pending: dict[tuple[str, int], object] | None = None
         # A session given up on is named in the next full Fetch (epoch 0 with its id), so
         # the upstream drops it at once instead of keeping it until eviction.
         self._close_id = INVALID_SESSION_ID
 
-    def build(self, wanted: dict[tuple[str, int], dict]) -> dict:
+    def build(self, wanted: dict[tuple[str, int], object], fields: Callable[[tuple[str, int], object], dict]) -> dict:
         """Request fields (session_id, session_epoch, topics, forgotten_topics_data) for
-        fetching ``wanted``: (topic, partition) -> that partition's request fields."""
-        self._pending = dict(wanted)
+        fetching ``wanted``: (topic, partition) -> that partition's fetch state (any value
+        that compares equal when nothing changed); ``fields(key, state)`` makes its
+        request fields."""
+        self._pending = wanted
         if self.session_id == INVALID_SESSION_ID:
             return {"session_id": self._close_id, "session_epoch": INITIAL_EPOCH,
-                    "topics": _by_topic(wanted.items()), "forgotten_topics_data": []}
-        changed = [(k, v) for k, v in wanted.items() if self.sent.get(k) != v]
+                    "topics": _by_topic((k, fields(k, v)) for k, v in wanted.items()),
+                    "forgotten_topics_data": []}
+        sent = self.sent
+        changed = [(k, fields(k, v)) for k, v in wanted.items() if sent.get(k) != v]
         forgotten: dict[str, list[int]] = {}
         for topic, idx in self.sent.keys() - wanted.keys():
             forgotten.setdefault(topic, []).append(idx)

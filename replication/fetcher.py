@@ -40,6 +40,13 @@ PARTITION_MAX_BYTES = 8 << 20
 RESPONSE_MAX_BYTES = 64 << 20
 
 
+def _partition_fields(key: tuple[str, int], state: tuple[int, int, int, int]) -> dict:
+    leader_epoch, log_end, last_epoch, log_start = state
+    return {"partition": key[1], "current_leader_epoch": leader_epoch, "fetch_offset": log_end,
+            "last_fetched_epoch": last_epoch, "log_start_offset": log_start,
+            "partition_max_bytes": PARTITION_MAX_BYTES}
+
+
 class UpstreamFetcher:
     def __init__(self, node_id: int, upstream_id: int, address: tuple[str, int],
                  partitions: Callable[[], list], on_appended: Callable[[object], None],
@@ -104,17 +111,16 @@ class UpstreamFetcher:
         if not parts:
             await trio.sleep(0.05)
             return
-        wanted = {(p.topic.name, p.index): {
-            "partition": p.index, "current_leader_epoch": p.leader_epoch,
-            "fetch_offset": p.log.log_end_offset, "last_fetched_epoch": p.latest_epoch(),
-            "log_start_offset": p.log.log_start_offset, "partition_max_bytes": PARTITION_MAX_BYTES}
-            for p in parts}
+        # Each partition's fetch state as a tuple (leader epoch, log end, last epoch, log
+        # start): compared with what the session last sent, and made into request fields
+        # only when it changed (a follower of many idle partitions does little per round).
+        states = {(p.topic.name, p.index): (p.leader_epoch, p.log.log_end_offset, p.latest_epoch(),
+                                            p.log.log_start_offset) for p in parts}
         request = {
             "replica_id": self.node_id, "max_wait_ms": self.wait_ms, "min_bytes": 1,
             "max_bytes": RESPONSE_MAX_BYTES, "isolation_level": 0, "rack_id": "",
-            **self.session.build(wanted),
+            **self.session.build(states, _partition_fields),
         }
-        sent = {id(p): (p.leader_epoch, p.log.log_end_offset) for p in parts}
         try:
             resp = await self.conn.request(ApiKey.FETCH, FETCH_VERSION, request, timeout=self.wait_ms / 1000 + 30)
         except PeerError:
@@ -126,10 +132,11 @@ class UpstreamFetcher:
             return
         index = {(t["topic"], r["partition_index"]): r for t in resp["responses"] for r in t["partitions"]}
         for p in parts:
-            r = index.get((p.topic.name, p.index))
+            key = (p.topic.name, p.index)
+            r = index.get(key)
             if r is None:
                 continue
-            if (p.leader_epoch, p.log.log_end_offset) != sent[id(p)] or p.upstream != self.upstream_id:
+            if (p.leader_epoch, p.log.log_end_offset) != states[key][:2] or p.upstream != self.upstream_id:
                 # The answer is older than what happened here while it travelled: a new
                 # epoch (this replica may lead now and have appended its own batches), or
                 # a truncation. Appending it would put the old upstream's batches after
