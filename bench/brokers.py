@@ -36,6 +36,17 @@ class PeerUnavailable(Exception):
 
 # --------------------------------------------------------------------------- /proc
 
+def load_module(path: Path, name: str):
+    """The Python file at ``path`` imported as module ``name``: another revision's handler
+    (produce_ab.py), or bench/replication.py, which `import replication` cannot reach
+    because the package of that name comes first on sys.path."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def unpack_revision(rev: str, dest: Path) -> Path:
     """The tree of git revision ``rev`` in ``dest`` (git archive), to serve it through
     PYTHONPATH next to the checkout in A/B runs."""

@@ -47,7 +47,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent))
 
 from confluent_kafka import Producer  # noqa: E402
 
-from brokers import ROOT  # noqa: E402
+from brokers import ROOT, load_module  # noqa: E402
 from kafka_load import make_topic  # noqa: E402
 from produce_ab import serve  # noqa: E402
 from protocol.framing import encode_request  # noqa: E402
@@ -55,14 +55,6 @@ from protocol.messages import ApiKey, api  # noqa: E402
 
 FETCH_VERSION = 12
 SLOTS_ENV = "CANOPY_MAX_INCREMENTAL_FETCH_SESSION_CACHE_SLOTS"
-
-
-def load_replication_bench():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("bench_replication", ROOT / "bench" / "replication.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 class Fetcher:
@@ -182,7 +174,7 @@ def replicated_round(repl, partitions: int, records: int, slots: int) -> tuple[f
 
 
 def replicated(args) -> int:
-    repl = load_replication_bench()
+    repl = load_module(ROOT / "bench" / "replication.py", "bench_replication")
     out: dict[str, list[tuple[float, float]]] = {"no sessions": [], "sessions": []}
     for r in range(args.rounds):
         modes = (("no sessions", 0), ("sessions", 1000))

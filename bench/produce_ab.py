@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from brokers import ROOT, VENV, Broker, unpack_revision  # noqa: E402
+from brokers import ROOT, VENV, Broker, load_module, unpack_revision  # noqa: E402
 from kafka_load import ck_produce, make_topic  # noqa: E402
 from progress import Progress  # noqa: E402
 
@@ -39,14 +39,6 @@ def serve(code_dir: Path, data_dir: str, log: Path, name: str) -> Broker:
                          "--data-dir", data_dir, "--listen", f"127.0.0.1:{port}",
                          "--node-id", "0", "--flush", "async", "--log-level", "warning"]
     return Broker(name, argv, log, env={"PYTHONPATH": str(code_dir)})
-
-
-def _load_module(path: Path, name: str):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def micro(base_dir: Path, repeat: int = 40, real_log: bool = True) -> list:
@@ -67,8 +59,8 @@ def micro(base_dir: Path, repeat: int = 40, real_log: bool = True) -> list:
     from protocol.records import build_batch
     from storage.log import AppendResult, Log, LogConfig
 
-    mods = {"before": _load_module(base_dir / "broker/handlers/produce.py", "broker.handlers._produce_before"),
-            "after": _load_module(ROOT / "broker/handlers/produce.py", "broker.handlers._produce_after")}
+    mods = {"before": load_module(base_dir / "broker/handlers/produce.py", "broker.handlers._produce_before"),
+            "after": load_module(ROOT / "broker/handlers/produce.py", "broker.handlers._produce_after")}
     rows = []
     tmp = Path(tempfile.mkdtemp(prefix="canopy-micro-"))
     try:

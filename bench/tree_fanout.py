@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import importlib.util
 import json
 import os
 import re
@@ -66,9 +65,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(ROOT / "bench"))
 from replication.tree import children_of, parent_of, render  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("bench_replication", ROOT / "bench" / "replication.py")
-repl_bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(repl_bench)
+from brokers import load_module  # noqa: E402
+
+repl_bench = load_module(ROOT / "bench" / "replication.py", "bench_replication")
 
 HOSTS = {n: f"127.0.0.{20 + n}" for n in range(1, 8)}
 RUNS = (("tree", 2), ("flat", 6))

@@ -39,19 +39,11 @@ import random
 from dataclasses import dataclass, field
 
 from protocol.errors import ErrorCode
-
-INVALID_SESSION_ID = 0
-INITIAL_EPOCH = 0
-FINAL_EPOCH = -1
-_MAX_EPOCH = 2**31 - 1
+from protocol.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, INT32_MAX, INVALID_SESSION_ID, next_epoch
 
 # The per-partition request fields a session remembers (the rest are per request).
 _PARTITION_FIELDS = ("fetch_offset", "partition_max_bytes", "current_leader_epoch",
                      "last_fetched_epoch", "log_start_offset")
-
-
-def next_epoch(epoch: int) -> int:
-    return 1 if epoch >= _MAX_EPOCH else epoch + 1
 
 
 class CachedPartition:
@@ -124,10 +116,13 @@ class FetchContext:
     (``FetchSessionCache.create`` after reading)."""
     partitions: list[tuple[str, dict]]
     session: FetchSession | None = None
-    incremental: bool = False
     named: frozenset = frozenset()
     new_session: bool = False
     error: ErrorCode = ErrorCode.NONE
+
+    @property
+    def incremental(self) -> bool:
+        return self.session is not None
 
 
 class FetchSessionCache:
@@ -142,11 +137,11 @@ class FetchSessionCache:
         """Kafka's FetchManager.newContext: what this request reads and how it is answered."""
         session_id = request.get("session_id", INVALID_SESSION_ID)
         epoch = request.get("session_epoch", FINAL_EPOCH)
-        full = [(t["topic"], pr) for t in request["topics"] for pr in t["partitions"]]
         if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
             if session_id != INVALID_SESSION_ID:
                 self.sessions.pop(session_id, None)
-            return FetchContext(full, new_session=epoch == INITIAL_EPOCH)
+            return FetchContext([(t["topic"], pr) for t in request["topics"] for pr in t["partitions"]],
+                                new_session=epoch == INITIAL_EPOCH)
         session = self.sessions.get(session_id)
         if session is None:
             return FetchContext([], error=ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
@@ -160,7 +155,7 @@ class FetchSessionCache:
             return FetchContext([])
         session.epoch = next_epoch(epoch)
         return FetchContext([(c.topic, c.request) for c in session.partitions.values()], session,
-                            incremental=True, named=frozenset(named))
+                            named=frozenset(named))
 
     def create(self, partitions: list[tuple[str, dict]], privileged: bool, now_ms: int) -> FetchSession | None:
         """A new session over these partitions, or None when the cache has no room for it."""
@@ -168,9 +163,9 @@ class FetchSessionCache:
             return None
         if len(self.sessions) >= self.max_sessions and not self._evict_one(len(partitions), privileged, now_ms):
             return None
-        session_id = self._rng.randint(1, _MAX_EPOCH)
+        session_id = self._rng.randint(1, INT32_MAX)
         while session_id in self.sessions:
-            session_id = self._rng.randint(1, _MAX_EPOCH)
+            session_id = self._rng.randint(1, INT32_MAX)
         session = FetchSession(session_id, next_epoch(INITIAL_EPOCH), privileged, now_ms)
         for topic, pr in partitions:
             session.partitions[(topic, pr["partition"])] = CachedPartition(topic, _remembered(pr))

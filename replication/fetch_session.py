@@ -13,9 +13,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-INVALID_SESSION_ID = 0
-INITIAL_EPOCH = 0
-_MAX_EPOCH = 2**31 - 1
+from protocol.fetch_session import INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 
 
 class FetchSessionHandler:
@@ -62,7 +60,7 @@ class FetchSessionHandler:
         self.sent = self._pending if session_id != INVALID_SESSION_ID else {}
         self._pending = None
         if self.session_id != INVALID_SESSION_ID:
-            self.epoch = 1 if self.epoch >= _MAX_EPOCH else self.epoch + 1
+            self.epoch = next_epoch(self.epoch)
 
     def reset(self) -> None:
         if self.session_id != INVALID_SESSION_ID:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import random
 
-from broker.fetch_sessions import FetchSessionCache, next_epoch
+from broker.fetch_sessions import FetchSessionCache
+from protocol.fetch_session import next_epoch
 from protocol.errors import ErrorCode
 
 
