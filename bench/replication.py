@@ -14,9 +14,9 @@ children -> one grandchild (the compose.yaml shape). Then it measures with confl
   1 MiB batches), each on its own fresh topic: the producer's msg/s (until its last
   answer) and the replicated msg/s (until every replica's log holds every byte the
   leader's does); the ratios acks=all / acks=1 of both (issue 15's target: >= 0.9).
-  With --rounds N, N pairs of phases in alternating order (the first phase on this VM
-  often pays for fresh page-cache pages that the second does not); the round with the
-  median ratio is the one shown.
+  With --rounds N, N pairs of phases on fresh topics in alternating order, so that the
+  order of the phases cannot decide the ratio (bench/README.md: it does not); the round
+  with the median ratio is the one shown.
 - broker CPU per message: utime+stime of every broker from /proc/<pid>/stat from the first
   record until every replica holds the whole log (the leader's, and each follower's: the
   CPU per replicated message per replica, target <= 1.5 us).
@@ -384,8 +384,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="20 000 records and 100 latency samples")
     ap.add_argument("--rounds", type=int, default=1,
                     help="produce phases per acks setting, each on fresh topics, the order alternating "
-                         "(acks=1 first in odd rounds): the phase that runs first on this VM often pays "
-                         "for fresh page-cache pages the second does not; the medians are reported")
+                         "(acks=1 first in odd rounds), so that the order cannot decide the ratio; the "
+                         "round with the median acks=all/acks=1 ratio is shown")
     ap.add_argument("--keep", action="store_true", help="keep the brokers' data directories and logs")
     ap.add_argument("--broker-log-level", default="warning", choices=["debug", "info", "warning", "error"],
                     help="the brokers' --log-level (their logs are in the temp dir; see --keep)")
@@ -396,7 +396,7 @@ def main() -> int:
     cluster = Cluster(workdir, log_level=args.broker_log_level)
     try:
         cluster.start()
-        rounds: list[tuple[dict, dict]] = []
+        rounds: list[tuple[dict, dict, dict]] = []
         for i in range(args.rounds):
             suffix = f"-{i + 1}" if args.rounds > 1 else ""
             r1 = cluster.create(f"bench-acks1{suffix}")
@@ -404,7 +404,7 @@ def main() -> int:
             phases = [("1", f"bench-acks1{suffix}", r1), ("all", f"bench-acksall{suffix}", ra)]
             done = {acks: produce_phase(cluster, topic, acks, args.records, args.size, reps)
                     for acks, topic, reps in (phases if i % 2 == 0 else phases[::-1])}
-            rounds.append((done["1"], done["all"]))
+            rounds.append((done["1"], done["all"], {f"bench-acks1{suffix}": r1, f"bench-acksall{suffix}": ra}))
             if args.rounds > 1:
                 print(f"round {i + 1} ({'acks=1' if i % 2 == 0 else 'acks=all'} first): replicated msg/s "
                       f"acks=1 {done['1']['replicated_msg_per_s']:.0f}, acks=all {done['all']['replicated_msg_per_s']:.0f}"
@@ -412,16 +412,16 @@ def main() -> int:
                       f"us/msg mean {done['1']['follower_cpu_us_per_msg_mean']:.2f} / "
                       f"{done['all']['follower_cpu_us_per_msg_mean']:.2f}", flush=True)
         # The round whose acks=all/acks=1 replicated ratio is the median one stands for the run.
-        rounds.sort(key=lambda pair: pair[1]["replicated_msg_per_s"] / pair[0]["replicated_msg_per_s"])
-        acks1, acksall = rounds[len(rounds) // 2]
+        rounds.sort(key=lambda r: r[1]["replicated_msg_per_s"] / r[0]["replicated_msg_per_s"])
+        acks1, acksall, trees = rounds[len(rounds) // 2]
         rl = cluster.create("bench-latency")
         lat = latency_phase(cluster, "bench-latency", rl, args.samples)
     finally:
         cluster.stop()
     ratio = acksall["msg_per_s"] / acks1["msg_per_s"]
     ratio_replicated = acksall["replicated_msg_per_s"] / acks1["replicated_msg_per_s"]
-    trees = {"bench-acks1": r1, "bench-acksall": ra, "bench-latency": rl}
-    ratios = sorted(a["replicated_msg_per_s"] / o["replicated_msg_per_s"] for o, a in rounds)
+    trees = {**trees, "bench-latency": rl}
+    ratios = sorted(a["replicated_msg_per_s"] / o["replicated_msg_per_s"] for o, a, _ in rounds)
     result = {"records": args.records, "size": args.size, "controller": cluster.controller, "trees": trees,
               "acks1": acks1, "acksall": acksall, "ratio_all_vs_1": ratio,
               "rounds": len(rounds), "ratios_all_vs_1_replicated": ratios,
