@@ -17,6 +17,7 @@ acks=all throughput is one batch per replication round trip.
 from __future__ import annotations
 
 import errno
+import gc
 import logging
 import os
 import signal
@@ -506,6 +507,11 @@ def serve(config: BrokerConfig) -> None:
             raise
         try:
             broker = Broker(config)
+            # Everything made so far (imports, schemas, every loaded partition) lives as
+            # long as the process: move it out of the collector's view. Otherwise the first
+            # full collection, set off by the next burst of allocations (CreateTopics of
+            # 1 000 partitions), walks it all: 20-35 ms with every connection stalled.
+            gc.freeze()
             try:
                 trio.run(_run, config, raw, broker, http_sock)
             finally:

@@ -659,17 +659,18 @@ class TopicRegistry:
         d = self.root / name
         try:
             d.mkdir()
+            new = True
         except FileExistsError:
             # Leftovers of a create or delete cut short (no topic.json, so load() skipped
             # them): partition directories found there are opened as before.
-            pass
+            new = False
         topic = Topic(name, topic_id or uuid.uuid4(), configs, d)
         lc = self.log_config(configs)
         for i in range(num_partitions):
             # No directory or file per partition yet: each log makes its own at its first
             # append (storage/log.py); the partition count in topic.json is what makes a
             # partition exist, so a crash before that append leaves an empty partition.
-            topic.partitions.append(self._partition(topic, i, Log(d / str(i), lc)))
+            topic.partitions.append(self._partition(topic, i, Log(d / str(i), lc, new=new)))
         self._apply_configs(topic)
         # Acknowledged means durable: topic.json (file, then the topic directory's fsync
         # in save()), then the topics directory, whose entry for the new topic directory

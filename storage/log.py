@@ -228,8 +228,12 @@ _EMPTY_SEGMENTS: list = []
 class Log:
     """A partition's log.  See the module doc for layout and threading."""
 
-    def __init__(self, directory: Path, config: LogConfig | None = None):
-        self.directory = Path(directory)
+    def __init__(self, directory: Path, config: LogConfig | None = None, *, new: bool = False):
+        """Open the log in ``directory``, recovering what is there. ``new``: the caller
+        knows nothing is there (its topic directory was made just now), so the log starts
+        empty at offset 0 without asking the file system; CreateTopics of 1 000
+        partitions pays ~3 µs per partition for that stat."""
+        self.directory = directory if isinstance(directory, Path) else Path(directory)
         self.config = config or LogConfig()
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
@@ -247,7 +251,10 @@ class Log:
         # Called with the new segment's base offset after every roll: the broker snapshots
         # its producer state there (Kafka takes its producer-state snapshot at roll).
         self.on_roll = None
-        self._load()
+        if new:
+            self.log_start_offset = self.log_end_offset = 0
+        else:
+            self._load()
 
     # -- open / recovery ----------------------------------------------------
 

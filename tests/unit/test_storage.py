@@ -43,12 +43,14 @@ def test_empty_log(tmp_path):
     log.close()
 
 
-def test_log_never_written_has_no_files_until_its_first_append(tmp_path):
+@pytest.mark.parametrize("new", [False, True], ids=["opened", "new"])
+def test_log_never_written_has_no_files_until_its_first_append(tmp_path, new):
     """A new partition's directory and segment are made at its first append (a topic of
     1 000 partitions is created without 1 000 directories); until then it is an empty log,
-    and a partition directory that is missing (a crash before that append) opens as one."""
+    and a partition directory that is missing (a crash before that append) opens as one.
+    ``new`` (CreateTopics, whose topic directory was just made) skips asking the disk."""
     d = tmp_path / "p"
-    log = Log(d, LogConfig())
+    log = Log(d, LogConfig(), new=new)
     assert not d.exists() and not log.has_files
     assert log.read(0, 1000).size == 0
     assert log.flush() == 0 and log.maybe_roll(1 << 62) is False
