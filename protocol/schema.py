@@ -397,6 +397,14 @@ class _Array(Construct):
             return obj
         self.length._build(len(obj), stream, context, path)
         el = self.element
+        if type(el) is _Fixed:
+            # Arrays of numbers (replica ids, offsets): one pack for the whole array.
+            # Metadata answers two or three per partition, 1 000 partitions per topic.
+            try:
+                stream.write(struct.pack(f">{len(obj)}{el.fmt}", *obj))
+            except struct.error as e:
+                raise SchemaError(f"{path}: {e}") from e
+            return obj
         for item in obj:
             el._build(item, stream, context, path)
         return obj
@@ -491,7 +499,7 @@ class _Struct(Construct):
             else:
                 try:
                     # fixed-size defaults are numbers: nothing to copy
-                    write(s.pack(*[get(name, d) for name, d in zip(a, b)]))
+                    write(s.pack(*map(get, a, b)))
                 except struct.error as e:
                     raise SchemaError(f"{path}: {e} (one of {', '.join(a)})") from e
         if self.flexible:

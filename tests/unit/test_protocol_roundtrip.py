@@ -254,3 +254,13 @@ def uuid_for(version):
 def test_bad_values_raise_schema_error_on_encode(key, version, body):
     with pytest.raises(SchemaError):
         api(key).request.encode(body, version)
+
+
+def test_out_of_range_number_in_an_array_is_a_schema_error():
+    """Arrays of numbers are packed in one call; a value that does not fit is still a
+    SchemaError, as for a single field."""
+    metadata = api(3).response
+    for version in (1, 12):
+        metadata.encode({"topics": [{"name": "t", "partitions": [{"replica_nodes": [0, 1]}]}]}, version)
+        with pytest.raises(SchemaError):
+            metadata.encode({"topics": [{"name": "t", "partitions": [{"replica_nodes": [0, 2**31]}]}]}, version)
