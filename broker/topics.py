@@ -431,6 +431,9 @@ class Topic:
     # compression.type resolved to a codec Produce re-encodes batches with; None for
     # "producer" (the client's codec is kept: no work on the produce path).
     target_codec: int | None = None
+    # Metadata's encoded partitions per version, with what they were made of
+    # (broker/handlers/metadata.py).
+    metadata_cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def is_internal(self) -> bool:

@@ -336,6 +336,17 @@ class ExternalBytes:
         return self.size
 
 
+class EncodedArray:
+    """An array value already encoded for one version, length prefix included: written
+    as it is (see MessageSchema.encode_array). The broker keeps a large topic's Metadata
+    partitions this way, since re-encoding 1 000 of them costs ~2 ms a request."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+
 class _Bytes(Construct):
     """bytes and records fields. Records stay opaque bytes: batches are never re-parsed here."""
 
@@ -394,6 +405,9 @@ class _Array(Construct):
             if not self.nullable:
                 raise SchemaError(f"{path}: null for a non-nullable array")
             self.length._build(-1, stream, context, path)
+            return obj
+        if type(obj) is EncodedArray:
+            stream.write(obj.data)
             return obj
         self.length._build(len(obj), stream, context, path)
         el = self.element
@@ -651,6 +665,23 @@ class MessageSchema:
         stream = BytesIO()
         self.encode_into(obj, version, stream)
         return stream.getvalue()
+
+    def encode_array(self, version: int, path: tuple[str, ...], items: list) -> EncodedArray:
+        """The array at ``path`` (field names from the top, through arrays of structs)
+        encoded for ``version``, to be given later as that field's value."""
+        codec: Any = self.codec(version)
+        for name in path:
+            if type(codec) is _Array:
+                codec = codec.element
+            codec = next(f.codec for f in codec.fields if f.name == name)
+        if type(codec) is not _Array:
+            raise SchemaError(f"{self.name}: {'.'.join(path)} is not an array")
+        stream = BytesIO()
+        try:
+            codec._build(items, stream, {}, self.name)
+        except (ConstructError, struct.error, TypeError, AttributeError, ValueError) as e:
+            raise SchemaError(f"{self.name} v{version}: {e}") from e
+        return EncodedArray(stream.getvalue())
 
     def encode_external(self, obj: dict, version: int) -> tuple[bytes, list]:
         """Encode, leaving ExternalBytes values out: returns the bytes and a list of
