@@ -94,7 +94,8 @@ class Partition:
         self._replicating = False
         self._pending_snapshots: list[int] = []
         self._snapshot_job: concurrent.futures.Future | None = None
-        self._load_state()
+        if log_.has_files:   # else nothing to load (a new partition)
+            self._load_state()
         log_.on_roll = self._on_roll
         # Long-polling fetches park an Event here; an append or a high-watermark move sets
         # them all. One Event per waiting Fetch lets a Fetch wait on many partitions.
@@ -673,7 +674,7 @@ class TopicRegistry:
             # No directory or file per partition yet: each log makes its own at its first
             # append (storage/log.py); the partition count in topic.json is what makes a
             # partition exist, so a crash before that append leaves an empty partition.
-            topic.partitions.append(self._partition(topic, i, Log(d / str(i), lc, new=new)))
+            topic.partitions.append(self._partition(topic, i, Log(f"{d}/{i}" if new else d / str(i), lc, new=new)))
         self._apply_configs(topic)
         # Acknowledged means durable: topic.json (file, then the topic directory's fsync
         # in save()), then the topics directory, whose entry for the new topic directory
