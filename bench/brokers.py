@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import glob
+import mmap
 import os
 import shutil
 import signal
@@ -54,6 +55,29 @@ def unpack_revision(rev: str, dest: Path) -> Path:
     archive = subprocess.run(["git", "archive", rev], cwd=ROOT, check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
     return dest
+
+
+def warm_guest_memory(gib: float) -> None:
+    """Touch ``gib`` GiB of fresh anonymous memory, then free it.
+
+    This machine is a Firecracker VM whose balloon device reports free guest memory back
+    to the host (virtio-balloon free page reporting; DAMON pages out idle memory too), so
+    a page the guest has left free for a few seconds is no longer backed on the host.
+    Its next first touch takes a host page fault: copying into a new page-cache page then
+    costs ~1.8 kernel-µs per KiB instead of ~0.2 (bench/README.md, "The VM's memory").
+    Touching and freeing memory right before a phase puts host-backed pages on the
+    guest's free lists, where the page cache the phase grows picks them up: the phase
+    then measures the broker's own work. The same for every phase, so ratios stay fair."""
+    size = int(gib * (1 << 30)) // mmap.PAGESIZE * mmap.PAGESIZE
+    if size <= 0:
+        return
+    m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        page = b"\x01" * (1 << 20)
+        for off in range(0, size - len(page) + 1, len(page)):
+            m[off:off + len(page)] = page
+    finally:
+        m.close()
 
 
 def free_port() -> int:

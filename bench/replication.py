@@ -19,7 +19,10 @@ children -> one grandchild (the compose.yaml shape). Then it measures with confl
   with the median ratio is the one shown.
 - broker CPU per message: utime+stime of every broker from /proc/<pid>/stat from the first
   record until every replica holds the whole log (the leader's, and each follower's: the
-  CPU per replicated message per replica, target <= 1.5 us).
+  CPU per replicated message per replica, target <= 1.5 us), and the kernel's part of it
+  (stime). --warm-memory G touches and frees G GiB right before each produce phase:
+  this VM hands idle memory back to its host, and a page cache growing into such memory
+  pays a host page fault per page (bench/README.md, "The VM's memory").
 - latency per tree hop: one record at a time (linger 0, acks=1) carrying a sequence number;
   three consumers, bootstrapped only to the leader, a child and that child's grandchild
   with client.rack = their broker's rack (KIP-392: the leader names the follower as
@@ -59,7 +62,7 @@ TICK = os.sysconf("SC_CLK_TCK")
 # replication package. bench/ after it, for the bench's helpers (brokers.py).
 sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(ROOT / "bench"))
-from brokers import PeerUnavailable, debian  # noqa: E402
+from brokers import PeerUnavailable, debian, warm_guest_memory  # noqa: E402
 from replication.tree import children_of, parent_of  # noqa: E402
 
 
@@ -69,10 +72,16 @@ def free_port(host: str) -> int:
         return s.getsockname()[1]
 
 
-def cpu_seconds(pid: int) -> float:
+def cpu_times(pid: int) -> tuple[float, float]:
+    """(user + kernel, kernel) CPU seconds of the process."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK   # utime, stime
+    utime, stime = int(fields[11]), int(fields[12])
+    return (utime + stime) / TICK, stime / TICK
+
+
+def cpu_seconds(pid: int) -> float:
+    return cpu_times(pid)[0]
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -223,6 +232,10 @@ class Cluster:
     def cpu(self) -> dict[int, float]:
         return {n: cpu_seconds(p.pid) for n, p in self.procs.items()}
 
+    def cpu_times(self) -> dict[int, tuple[float, float]]:
+        """Each broker's (user + kernel, kernel) CPU seconds."""
+        return {n: cpu_times(p.pid) for n, p in self.procs.items()}
+
     def tree(self, topic: str) -> tuple[list[int], list[int]]:
         """(replicas in tree order, committed ISR) of partition 0, as Metadata reports them."""
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
@@ -267,13 +280,15 @@ def log_bytes(cluster: Cluster, node: int, topic: str) -> int:
         return 0
 
 
-def produce_phase(cluster: Cluster, topic: str, acks: str, n: int, size: int, replicas: list[int]) -> dict:
+def produce_phase(cluster: Cluster, topic: str, acks: str, n: int, size: int, replicas: list[int],
+                  warm_gib: float = 0) -> dict:
     payloads = [random.randbytes(size) for _ in range(64)]
+    warm_guest_memory(warm_gib)
     p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": acks, "enable.idempotence": False,
                   "linger.ms": 5, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000,
                   "queue.buffering.max.kbytes": 2_000_000, "compression.type": "none"})
     p.list_topics(topic, timeout=10)
-    cpu0 = cluster.cpu()
+    cpu0 = cluster.cpu_times()
     t0 = time.perf_counter()
     for i in range(n):
         while True:
@@ -284,7 +299,7 @@ def produce_phase(cluster: Cluster, topic: str, acks: str, n: int, size: int, re
                 p.poll(0.01)
     left = p.flush(120)
     secs = time.perf_counter() - t0
-    cpu1 = cluster.cpu()
+    cpu1 = cluster.cpu_times()
     if left:
         raise SystemExit(f"acks={acks}: {left} records undelivered")
     # Replication goes on after the producer's last answer (with acks=1 the followers are
@@ -297,14 +312,18 @@ def produce_phase(cluster: Cluster, topic: str, acks: str, n: int, size: int, re
             raise SystemExit(f"acks={acks}: replicas never caught up with the leader's {want} bytes")
         time.sleep(0.01)
     replicated_secs = time.perf_counter() - t0
-    cpu2 = cluster.cpu()
-    per_broker = {n_: (cpu1[n_] - cpu0[n_]) / n * 1e6 for n_ in cpu0}
-    to_replicas = {n_: (cpu2[n_] - cpu0[n_]) / n * 1e6 for n_ in cpu0}
+    cpu2 = cluster.cpu_times()
+    per_broker = {n_: (cpu1[n_][0] - cpu0[n_][0]) / n * 1e6 for n_ in cpu0}
+    to_replicas = {n_: (cpu2[n_][0] - cpu0[n_][0]) / n * 1e6 for n_ in cpu0}
+    kernel = {n_: (cpu2[n_][1] - cpu0[n_][1]) / n * 1e6 for n_ in cpu0}
     followers = [to_replicas[r] for r in replicas[1:]]
     return {"acks": acks, "records": n, "seconds": secs, "msg_per_s": n / secs, "mb_per_s": n * size / secs / 1e6,
             "cpu_us_per_msg": per_broker, "cpu_us_per_msg_total": sum(per_broker.values()),
             "replicated_seconds": replicated_secs, "replicated_msg_per_s": n / replicated_secs,
             "cpu_us_per_msg_replicated": to_replicas,
+            # the kernel's part of it (stime): copying bytes into the page cache and sockets
+            "kernel_cpu_us_per_msg_replicated": kernel,
+            "follower_kernel_cpu_us_per_msg_mean": sum(kernel[r] for r in replicas[1:]) / len(followers),
             "leader_cpu_us_per_msg": to_replicas[replicas[0]],
             "follower_cpu_us_per_msg_max": max(followers), "follower_cpu_us_per_msg_mean": sum(followers) / len(followers)}
 
@@ -386,6 +405,10 @@ def main() -> int:
                     help="produce phases per acks setting, each on fresh topics, the order alternating "
                          "(acks=1 first in odd rounds), so that the order cannot decide the ratio; the "
                          "round with the median acks=all/acks=1 ratio is shown")
+    ap.add_argument("--warm-memory", type=float, default=0, metavar="GIB",
+                    help="touch and free this many GiB of memory right before each produce phase, so "
+                         "that the page cache grows into host-backed pages (this VM hands idle guest "
+                         "memory back to its host: see bench/README.md, \"The VM's memory\"); 0: off")
     ap.add_argument("--keep", action="store_true", help="keep the brokers' data directories and logs")
     ap.add_argument("--broker-log-level", default="warning", choices=["debug", "info", "warning", "error"],
                     help="the brokers' --log-level (their logs are in the temp dir; see --keep)")
@@ -402,7 +425,7 @@ def main() -> int:
             r1 = cluster.create(f"bench-acks1{suffix}")
             ra = cluster.create(f"bench-acksall{suffix}")
             phases = [("1", f"bench-acks1{suffix}", r1), ("all", f"bench-acksall{suffix}", ra)]
-            done = {acks: produce_phase(cluster, topic, acks, args.records, args.size, reps)
+            done = {acks: produce_phase(cluster, topic, acks, args.records, args.size, reps, args.warm_memory)
                     for acks, topic, reps in (phases if i % 2 == 0 else phases[::-1])}
             rounds.append((done["1"], done["all"], {f"bench-acks1{suffix}": r1, f"bench-acksall{suffix}": ra}))
             if args.rounds > 1:
@@ -410,7 +433,9 @@ def main() -> int:
                       f"acks=1 {done['1']['replicated_msg_per_s']:.0f}, acks=all {done['all']['replicated_msg_per_s']:.0f}"
                       f" ({done['all']['replicated_msg_per_s'] / done['1']['replicated_msg_per_s']:.2f}); follower CPU "
                       f"us/msg mean {done['1']['follower_cpu_us_per_msg_mean']:.2f} / "
-                      f"{done['all']['follower_cpu_us_per_msg_mean']:.2f}", flush=True)
+                      f"{done['all']['follower_cpu_us_per_msg_mean']:.2f} (kernel "
+                      f"{done['1']['follower_kernel_cpu_us_per_msg_mean']:.2f} / "
+                      f"{done['all']['follower_kernel_cpu_us_per_msg_mean']:.2f})", flush=True)
         # The round whose acks=all/acks=1 replicated ratio is the median one stands for the run.
         rounds.sort(key=lambda r: r[1]["replicated_msg_per_s"] / r[0]["replicated_msg_per_s"])
         acks1, acksall, trees = rounds[len(rounds) // 2]
@@ -425,10 +450,11 @@ def main() -> int:
     result = {"records": args.records, "size": args.size, "controller": cluster.controller, "trees": trees,
               "acks1": acks1, "acksall": acksall, "ratio_all_vs_1": ratio,
               "rounds": len(rounds), "ratios_all_vs_1_replicated": ratios,
-              "ratio_all_vs_1_replicated": ratio_replicated, "latency": lat,
+              "ratio_all_vs_1_replicated": ratio_replicated, "latency": lat, "warm_memory_gib": args.warm_memory,
               "load_avg": os.getloadavg()}
     print(f"4 brokers on {', '.join(HOSTS.values())} + etcd on 127.0.0.1, controller {cluster.controller}, "
-          f"fanout {cluster.fanout}, min.insync.replicas {cluster.min_insync}, {args.records} x {args.size} B records")
+          f"fanout {cluster.fanout}, min.insync.replicas {cluster.min_insync}, {args.records} x {args.size} B records"
+          + (f", {args.warm_memory:g} GiB of memory warmed before each phase" if args.warm_memory else ""))
     print("trees (breadth-first, leader first): " + ", ".join(f"{t} {r}" for t, r in trees.items()))
     print(f"{'':18}{'msg/s':>9}{'MB/s':>7}{'replicated msg/s':>18}"
           f"{'CPU us/msg: leader':>20}{'follower mean/max':>19}  per broker, to the last replica")
@@ -437,6 +463,9 @@ def main() -> int:
         print(f"produce acks={r['acks']:<5}{r['msg_per_s']:>9.0f}{r['mb_per_s']:>7.1f}{r['replicated_msg_per_s']:>18.0f}"
               f"{r['leader_cpu_us_per_msg']:>20.2f}{r['follower_cpu_us_per_msg_mean']:>12.2f}"
               f" / {r['follower_cpu_us_per_msg_max']:.2f}  {per}")
+    for r in (acks1, acksall):
+        per = " ".join(f"{n}:{v:.2f}" for n, v in sorted(r["kernel_cpu_us_per_msg_replicated"].items()))
+        print(f"  of which kernel, acks={r['acks']:<5}{'':27}{per}")
     print(f"ratio acks=all / acks=1: producer {ratio:.2f}, until every replica has every record "
           f"{ratio_replicated:.2f} (target >= 0.9)"
           + (f"; the median of {len(rounds)} rounds (all: {', '.join(f'{x:.2f}' for x in ratios)})"
