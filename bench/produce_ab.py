@@ -11,6 +11,9 @@ linger.ms=5, idempotence off: well-formed batches, so the per-batch maxTimestamp
 must cost nothing measurable) for each record size on a fresh broker of each revision.
 Reported: median msg/s and broker CPU µs/msg per revision and the after/before ratios.
 
+--warm-memory G touches and frees G GiB right before each phase, so that the page cache
+grows into memory the host still backs (bench/README.md, "The VM's memory").
+
 Before that, a steadier figure that a shared 2-vCPU machine cannot blur as much: the Produce
 handler's per-partition function (produce_to_partition) of each revision, called in one
 process on the same well-formed batches appending to real storage Logs (`micro`).
@@ -27,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from brokers import ROOT, VENV, Broker, load_module, unpack_revision  # noqa: E402
+from brokers import ROOT, VENV, Broker, load_module, unpack_revision, warm_guest_memory  # noqa: E402
 from kafka_load import ck_produce, make_topic  # noqa: E402
 from progress import Progress  # noqa: E402
 
@@ -118,6 +121,10 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--sizes", default="1024,100")
     ap.add_argument("--micro-only", action="store_true")
+    ap.add_argument("--warm-memory", type=float, default=0, metavar="GIB",
+                    help="touch and free this many GiB of memory right before each produce phase "
+                         "(this VM hands idle memory back to its host: bench/README.md, \"The VM's "
+                         "memory\"); 0: off")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -140,13 +147,16 @@ def main() -> int:
                     try:
                         topic = f"ab-{uuid.uuid4().hex[:6]}"
                         make_topic(b, topic)
+                        warm_guest_memory(args.warm_memory)
                         results[(rev, size)].append(ck_produce(b, topic, args.records, size, bar))
                     finally:
                         b.stop()
                     bar.step(1, f"{rev} {size} B round {rnd + 1}")
         bar.close()
     print(f"\nW1 produce, {args.records} records, {args.rounds} rounds "
-          f"(load avg {os.getloadavg()[0]:.1f})\n")
+          f"(load avg {os.getloadavg()[0]:.1f}"
+          + (f"; {args.warm_memory:g} GiB of memory warmed before each phase" if args.warm_memory else "")
+          + ")\n")
     print("| size | before msg/s (best / median) | after msg/s (best / median) | ratio best | "
           "ratio median | CPU µs/msg before / after (median) |")
     print("|---|---:|---:|---:|---:|---:|")
