@@ -674,7 +674,7 @@ class TopicRegistry:
             # No directory or file per partition yet: each log makes its own at its first
             # append (storage/log.py); the partition count in topic.json is what makes a
             # partition exist, so a crash before that append leaves an empty partition.
-            topic.partitions.append(self._partition(topic, i, Log(f"{d}/{i}" if new else d / str(i), lc, new=new)))
+            topic.partitions.append(self._partition(topic, i, Log(f"{d}/{i}", lc, new=new)))
         self._apply_configs(topic)
         # Acknowledged means durable: topic.json (file, then the topic directory's fsync
         # in save()), then the topics directory, whose entry for the new topic directory
