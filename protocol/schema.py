@@ -677,10 +677,7 @@ class MessageSchema:
         if type(codec) is not _Array:
             raise SchemaError(f"{self.name}: {'.'.join(path)} is not an array")
         stream = BytesIO()
-        try:
-            codec._build(items, stream, {}, self.name)
-        except (ConstructError, struct.error, TypeError, AttributeError, ValueError) as e:
-            raise SchemaError(f"{self.name} v{version}: {e}") from e
+        self._build_into(codec, items, version, stream, {})
         return EncodedArray(stream.getvalue())
 
     def encode_external(self, obj: dict, version: int) -> tuple[bytes, list]:
@@ -691,8 +688,13 @@ class MessageSchema:
         return stream.getvalue(), context.get("external", [])
 
     def encode_into(self, obj: dict, version: int, stream: BytesIO, context: dict | None = None) -> None:
+        self._build_into(self.codec(version), obj, version, stream, {} if context is None else context)
+
+    def _build_into(self, codec, value, version: int, stream: BytesIO, context: dict) -> None:
+        """Encode ``value`` with ``codec`` (the message's or one of its arrays'); any
+        failure is a SchemaError."""
         try:
-            self.codec(version)._build(obj, stream, {} if context is None else context, self.name)
+            codec._build(value, stream, context, self.name)
         except SchemaError:
             raise
         except (ConstructError, struct.error, TypeError, AttributeError, ValueError) as e:

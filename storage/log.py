@@ -252,10 +252,7 @@ class Log:
         # Called with the new segment's base offset after every roll: the broker snapshots
         # its producer state there (Kafka takes its producer-state snapshot at roll).
         self.on_roll = None
-        if new:
-            self.log_start_offset = self.log_end_offset = 0
-        else:
-            self._load()
+        self._load(new)
 
     @property
     def directory(self) -> Path:
@@ -302,8 +299,8 @@ class Log:
     def _fsync_dir(self) -> None:
         fsync_path(self.directory)
 
-    def _load(self) -> None:
-        if not self.directory.is_dir():
+    def _load(self, new: bool = False) -> None:
+        if new or not self.directory.is_dir():
             # Never written (see the module doc): empty at offset 0, files at first append.
             self.log_start_offset = self.log_end_offset = self.flushed_offset = 0
             return
