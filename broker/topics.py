@@ -11,6 +11,7 @@ as directory names.
 from __future__ import annotations
 
 import concurrent.futures
+import heapq
 import json
 import logging
 import os
@@ -20,6 +21,7 @@ import shutil
 import time
 import uuid
 from dataclasses import dataclass, field
+from itertools import count
 from pathlib import Path
 
 import trio
@@ -69,6 +71,9 @@ def validate_topic_name(name: str | None) -> None:
                          f"topic name {name!r} has characters outside [a-zA-Z0-9._-]")
 
 
+_hw_waiter_seq = count()
+
+
 class Partition:
     """One partition's log plus the broker-side state around it: its place in the
     replication tree, the high watermark, the ISR (replication/replica_state.py holds the
@@ -100,6 +105,13 @@ class Partition:
         # Long-polling fetches park an Event here; an append or a high-watermark move sets
         # them all. One Event per waiting Fetch lets a Fetch wait on many partitions.
         self.waiters: set[trio.Event] = set()
+        # acks=all Produce answers waiting for the high watermark, as a heap of (offset,
+        # seq, event): only the HW reaching an offset wakes its waiter (Kafka checks its
+        # DelayedProduce when the HW moves), not every append. Woken by notify_append, a
+        # producer's 16 pipelined answers each woke, looked and parked again on every
+        # append and every child's fetch: a sixth of the leader's Python calls at
+        # acks=all. A waiter that timed out leaves its entry until the HW passes it.
+        self._hw_waiters: list[tuple[int, int, trio.Event]] = []
         self.leader_state = LeaderState(node_id, lag_time_ms)
         self.hw_sent: dict[int, int] = {}   # replica id -> high watermark last sent to it
         self._hw = self.log.log_start_offset
@@ -288,6 +300,7 @@ class Partition:
             self.maybe_advance_hw()
         elif epoch_changed and self.is_replica:
             self.needs_truncation = True
+        self._wake_hw_waiters()
         self.notify_append()
         return old != (self.is_leader, self.upstream, self.leader_epoch)
 
@@ -312,6 +325,7 @@ class Partition:
         hw = self.leader_state.high_watermark(self.log.log_end_offset)
         if hw > self._hw:
             self._hw = hw
+            self._wake_hw_waiters(hw)
             self.notify_append()
 
     def record_replica_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> None:
@@ -338,9 +352,16 @@ class Partition:
         with trio.move_on_after(timeout_s):
             while self.high_watermark < offset and self.leader_epoch == epoch and self.is_leader:
                 ev = trio.Event()
-                self.waiters.add(ev)
+                heapq.heappush(self._hw_waiters, (offset, next(_hw_waiter_seq), ev))
                 await ev.wait()
         return self.high_watermark >= offset and self.leader_epoch == epoch
+
+    def _wake_hw_waiters(self, hw: int | None = None) -> None:
+        """Wake the acks=all answers whose offset the high watermark ``hw`` reached, or
+        all of them (None: leadership, epoch or replicas changed; they look again)."""
+        waiters = self._hw_waiters
+        while waiters and (hw is None or waiters[0][0] <= hw):
+            heapq.heappop(waiters)[2].set()
 
     # -- appends --------------------------------------------------------------------
     def on_leader_append(self, base_offset: int) -> None:
@@ -414,7 +435,8 @@ class Partition:
         return self.log.log_start_offset
 
     def notify_append(self) -> None:
-        """Wake every long-polling Fetch and acks=all producer waiting on this partition."""
+        """Wake every long-polling Fetch waiting on this partition (acks=all answers wait
+        in ``_hw_waiters``)."""
         if self.waiters:
             for ev in self.waiters:
                 ev.set()
