@@ -57,6 +57,10 @@ IDLE_RELEASE_S = 5.0
 # Produce requests of one connection whose ISR/fsync waits may run at once (librdkafka and
 # the Java producer keep up to 5 in flight with idempotence, more without).
 MAX_PIPELINED = 16
+# A request still more than this short of complete wakes its connection once per this much
+# (protocol/framing.py, FrameReader.receive_low_water): a 1 MiB Produce otherwise wakes it
+# for every 64 KiB segment.
+LOW_WATER_CAP = 1 << 20
 
 
 class StalledReader(Exception):
@@ -109,6 +113,8 @@ class Connection:
     # Who the client is: User:ANONYMOUS on a PLAINTEXT listener, the certificate's subject
     # after an mTLS handshake (security/tls.py), User:<name> after SASL (security/sasl.py).
     principal = "User:ANONYMOUS"
+    # Receive low-water marks for large requests (see set_low_water; not under TLS).
+    low_water_enabled = True
 
     def __init__(self, broker: Broker, stream: trio.SocketStream, listener: str = "PLAINTEXT"):
         self.broker = broker
@@ -130,12 +136,20 @@ class Connection:
         self._responses: trio.MemorySendChannel | None = None
         self._queued = 0
         self._drained = trio.Event()
+        self._lowat = 1
 
     async def wait_readable(self) -> None:
         await trio.lowlevel.wait_readable(self.stream.socket)
 
     async def recv_into(self, buffer) -> int:
         return await self.stream.socket.recv_into(buffer)
+
+    def set_low_water(self, n: int) -> None:
+        """Be woken only once ``n`` bytes wait in the socket (SO_RCVLOWAT; see
+        FrameReader.receive_low_water)."""
+        if self.low_water_enabled:
+            self.stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, n)
+        self._lowat = n
 
     async def run(self) -> None:
         stats = self.broker.stats
@@ -160,6 +174,9 @@ class Connection:
                     self.reader = FrameReader(self.broker.config.max_request_bytes)
                 request = self.reader.next_frame()
                 if request is None:
+                    lowat = self.reader.receive_low_water(LOW_WATER_CAP)
+                    if lowat != self._lowat:   # a syscall only when it changes: twice per large frame
+                        self.set_low_water(lowat)
                     # Receive straight into the reader's buffer: a large Produce is copied
                     # once by the kernel here and once by storage into the segment.
                     if self.reader.buffered == 0:

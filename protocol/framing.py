@@ -17,6 +17,10 @@ from .schema import INT16, INT32, SchemaError, UVARINT, ViewStream, read_uvarint
 _SIZE = struct.Struct(">i")
 _HEADER_FIXED = struct.Struct(">hhi")
 DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+# A pending frame at least this much short of complete is worth a receive low-water mark
+# (FrameReader.receive_low_water); below it, one more wake-up costs less than the
+# setsockopt calls.
+LOW_WATER_MIN = 64 * 1024
 # sys.getrefcount(self._buf) when nothing else refers to the buffer: the attribute and
 # getrefcount's own argument. A memoryview of it (a frame handed out) adds one.
 _UNSHARED = 2
@@ -97,6 +101,22 @@ class FrameReader:
 
     def commit(self, n: int) -> None:
         self._end += n
+
+    def missing(self) -> int:
+        """Bytes still to arrive before the pending frame is complete (before its size
+        prefix is complete: what the prefix still lacks)."""
+        size = self._pending_frame_size()
+        have = self._end - self._pos
+        return 4 - have if size is None else max(0, 4 + size - have)
+
+    def receive_low_water(self, cap: int) -> int:
+        """How many bytes should be waiting before the receiver is woken (a socket's
+        SO_RCVLOWAT): the rest of a large pending frame, at most ``cap``; 1 otherwise.
+        A multi-MiB Fetch answer or Produce otherwise wakes its receiver for every
+        64 KiB segment loopback delivers (the kernel still wakes it at end of stream or
+        under memory pressure, so a frame that never completes cannot hang it)."""
+        missing = self.missing()
+        return min(missing, cap) if missing >= LOW_WATER_MIN else 1
 
     def feed(self, data) -> None:
         n = len(data)

@@ -146,6 +146,10 @@ def tls_connection_class(base, context: ssl.SSLContext):
                       self.listener, self.tls.version(), self.principal)
             await super().run()
 
+        # SO_RCVLOWAT counts ciphertext in the socket, while part of a frame may already
+        # wait decrypted in Python: a low-water mark could then never be reached.
+        low_water_enabled = False
+
         async def wait_readable(self) -> None:
             if self._pending or self._eof:
                 return

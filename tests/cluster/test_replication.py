@@ -361,3 +361,24 @@ def test_produce_pipelined_past_an_acks_all_wait_answers_in_order(cluster):
     client.close()
     values = [v for _, v in fetch_all(cluster.bootstrap(leader), "pipe", 30)]
     assert values == [t + b"%d" % i for t in (b"a", b"b", b"c") for i in range(10)]
+
+
+def test_large_fetch_answers_then_small_ones_reach_every_tier(cluster):
+    """Receive low-water marks on the replication client (replication/client.py): a
+    follower receiving a multi-MiB Fetch answer is woken once per MiB, and the small
+    answers after it still wake it (a mark left at the large answer's size would stall
+    the tree: acks=all would time out and the grandchild would stop short)."""
+    cluster.create_topic("big", configs={"min.insync.replicas": "2", "max.message.bytes": str(8 << 20)})
+    leader, _, replicas, _ = tree_of(cluster, "big")
+    wait_for(lambda: sorted(tree_of(cluster, "big")[3]) == sorted(replicas[:3]), "full ISR")
+    client = RawClient(cluster.bootstrap(leader))
+    values = []
+    for i in range(6):
+        # 3 MiB batches, then single small records: each one acknowledged by the ISR
+        batch = [bytes([i]) * 30_000 for _ in range(100)] if i < 3 else [b"small-%d" % i]
+        r = produce(client, "big", make_batch(batch, batch_size=8 << 20), acks=-1, timeout_ms=20_000)
+        assert r["error_code"] == 0, r
+        values += batch
+    client.close()
+    for node in (replicas[1], replicas[3]):   # a child and the grandchild
+        assert [v for _, v in fetch_all(cluster.nodes[node].bootstrap, "big", len(values))] == values

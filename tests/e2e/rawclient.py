@@ -76,10 +76,11 @@ class RawClient:
         self.sock.close()
 
 
-def make_batch(values, timestamp=1_700_000_000_000, producer_id=-1, producer_epoch=-1, base_sequence=-1) -> bytearray:
+def make_batch(values, timestamp=1_700_000_000_000, producer_id=-1, producer_epoch=-1, base_sequence=-1,
+               batch_size: int = 1 << 20) -> bytearray:
     b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
                                   producer_id=producer_id, producer_epoch=producer_epoch,
-                                  base_sequence=base_sequence, batch_size=1 << 20)
+                                  base_sequence=base_sequence, batch_size=batch_size)
     for i, v in enumerate(values):
         b.append(i, timestamp=timestamp + i, key=None, value=v, headers=[])
     return bytearray(b.build())

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from protocol.errors import ErrorCode
+from protocol.framing import encode_request
 from protocol.messages import ApiKey
 from protocol.records import BatchHeader, iter_records
 
@@ -369,3 +370,36 @@ def test_fetch_session_long_poll_wakes_on_a_partition_it_did_not_name(broker, cl
         producer.close()
     assert list(listed) == [137]
     assert [(r.offset, r.value) for r in iter_records(bytes(listed[137]["records"]))] == [(hws[137], b"wake")]
+
+
+def test_a_large_request_trickling_in_and_small_ones_after_it(broker, client):
+    """Receive low-water marks (broker/server.py): a 3 MiB Produce arriving in pieces
+    with pauses is appended whole, the small requests after it on the same connection
+    are answered (a low-water mark left at the large frame's size would never wake for
+    them), and a large frame cut short by its client costs only that connection."""
+    create_topic(client, "lowat", {"max.message.bytes": str(8 << 20)})
+    values = [bytes([i % 251]) * 30_000 for i in range(100)]
+    records = bytes(make_batch(values, batch_size=8 << 20))
+    data = encode_request(ApiKey.PRODUCE, 9, 7, "lowat-test", {
+        "acks": 1, "timeout_ms": 5000,
+        "topic_data": [{"name": "lowat", "partition_data": [{"index": 0, "records": records}]}]})
+    assert len(data) > 2_900_000
+    for start in range(0, len(data), 700_000):
+        client.send_raw(data[start:start + 700_000])
+        time.sleep(0.1)
+    client.correlation, client._pending = 7, (ApiKey.PRODUCE, 9)
+    answer = client.receive()["responses"][0]["partition_responses"][0]
+    assert (answer["error_code"], answer["base_offset"]) == (0, 0), answer
+    for _ in range(3):
+        assert client.request(ApiKey.API_VERSIONS, 3, {"client_software_name": "t",
+                                                       "client_software_version": "1"})["error_code"] == 0
+    assert end_offset(client, "lowat") == 100
+    assert [r.value for r in iter_records(bytes(_fetch(client, "lowat", 0, partition_max=8 << 20)["records"]))] \
+        == values
+
+    cut = RawClient(broker.bootstrap)
+    cut.send_raw(data[:500_000])   # 2.5 MiB never follow
+    time.sleep(0.2)
+    cut.close()
+    assert end_offset(client, "lowat") == 100
+    assert broker.proc.poll() is None

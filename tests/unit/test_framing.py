@@ -15,7 +15,7 @@ from kafka.protocol.metadata import (
     ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse)
 
 from protocol.framing import (
-    DEFAULT_MAX_REQUEST_BYTES, FrameReader, FrameTooLarge, encode_request,
+    DEFAULT_MAX_REQUEST_BYTES, LOW_WATER_MIN, FrameReader, FrameTooLarge, encode_request,
     encode_request_header, encode_response, frame, parse_request_header, response_header)
 from protocol.messages import api
 from protocol.schema import SchemaError, uvarint_bytes
@@ -61,6 +61,34 @@ def test_partial_feeds_byte_by_byte():
     r.feed(data[-1:])
     assert r.next_frame() == payload
     assert r.buffered == 0
+
+
+def test_missing_counts_what_the_pending_frame_still_lacks():
+    r = FrameReader()
+    assert r.missing() == 4            # nothing yet: the size prefix
+    r.feed(b"\x00\x00")
+    assert r.missing() == 2
+    r.feed(b"\x00\x0a" + b"abc")
+    assert r.missing() == 7
+    r.feed(b"defghij" + b"\x00")     # complete, plus a byte of the next prefix
+    assert r.missing() == 0
+    assert r.next_frame() == b"abcdefghij"
+    assert r.missing() == 3
+
+
+def test_receive_low_water_only_for_the_rest_of_a_large_frame():
+    cap = 1 << 20
+    r = FrameReader()
+    assert r.receive_low_water(cap) == 1                  # between frames: wake on any byte
+    r.feed(_size(3 << 20) + b"x" * 1000)
+    assert r.receive_low_water(cap) == cap                # 3 MiB to go: once per cap
+    r.feed(b"x" * ((3 << 20) - 1000 - 200_000))
+    assert r.receive_low_water(cap) == 200_000            # exactly the rest
+    r.feed(b"x" * (200_000 - LOW_WATER_MIN + 1))
+    assert r.receive_low_water(cap) == 1                  # a small rest: not worth a setsockopt
+    r.feed(b"x" * (LOW_WATER_MIN - 1))
+    assert len(r.next_frame()) == 3 << 20
+    assert r.receive_low_water(cap) == 1
 
 
 def test_partial_size_prefix():
