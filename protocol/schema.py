@@ -623,6 +623,9 @@ def _codec_for(fj: dict, version: int, flexible: bool, nullable: bool) -> Constr
     return build_struct(fj["fields"], version, flexible)
 
 
+_INT32_PACK = struct.Struct(">i").pack
+
+
 class MessageSchema:
     """One Kafka message type (e.g. ProduceRequest) across all its versions."""
 
@@ -666,9 +669,7 @@ class MessageSchema:
         self.encode_into(obj, version, stream)
         return stream.getvalue()
 
-    def encode_array(self, version: int, path: tuple[str, ...], items: list) -> EncodedArray:
-        """The array at ``path`` (field names from the top, through arrays of structs)
-        encoded for ``version``, to be given later as that field's value."""
+    def _array_at(self, version: int, path: tuple[str, ...]) -> _Array:
         codec: Any = self.codec(version)
         for name in path:
             if type(codec) is _Array:
@@ -676,8 +677,42 @@ class MessageSchema:
             codec = next(f.codec for f in codec.fields if f.name == name)
         if type(codec) is not _Array:
             raise SchemaError(f"{self.name}: {'.'.join(path)} is not an array")
+        return codec
+
+    def encode_array(self, version: int, path: tuple[str, ...], items: list) -> EncodedArray:
+        """The array at ``path`` (field names from the top, through arrays of structs)
+        encoded for ``version``, to be given later as that field's value."""
         stream = BytesIO()
-        self._build_into(codec, items, version, stream, {})
+        self._build_into(self._array_at(version, path), items, version, stream, {})
+        return EncodedArray(stream.getvalue())
+
+    def encode_array_of_copies(self, version: int, path: tuple[str, ...], template: dict, field: str,
+                               values: list[int]) -> EncodedArray:
+        """As ``encode_array`` for one copy of the struct ``template`` per value, its int32
+        ``field`` set to that value: the struct is encoded once and copied with those four
+        bytes patched (a single node's Metadata lists 1 000 partitions alike but for their
+        index: ~0.3 ms instead of ~3.6). The field must lie in the struct's leading run of
+        fixed-size fields; otherwise every copy is encoded."""
+        array = self._array_at(version, path)
+        el = array.element
+        first = el._plan[0] if type(el) is _Struct and el._plan else (None, (), ())
+        if first[0] is None or field not in first[1]:
+            return self.encode_array(version, path, [{**template, field: v} for v in values])
+        i = first[1].index(field)
+        fmt = first[0].format
+        at = struct.calcsize(fmt[:1 + i])   # ">" and the fields before it
+        if fmt[1 + i] != "i":
+            raise SchemaError(f"{self.name}: {field} is not an int32")
+        one = BytesIO()
+        self._build_into(el, {**template, field: 0}, version, one, {})
+        raw = one.getvalue()
+        head, tail = raw[:at], raw[at + 4:]
+        stream = BytesIO()
+        self._build_into(array.length, len(values), version, stream, {})
+        try:
+            stream.write(b"".join([head + v + tail for v in map(_INT32_PACK, values)]))
+        except struct.error as e:
+            raise SchemaError(f"{self.name}: {field}: {e}") from e
         return EncodedArray(stream.getvalue())
 
     def encode_external(self, obj: dict, version: int) -> tuple[bytes, list]:

@@ -6,6 +6,7 @@ import trio
 
 from broker.handlers import metadata
 from protocol.messages import api
+from protocol.schema import SchemaError
 from tests.unit.test_groups_coordinator import Ctx, make_broker
 
 SCHEMA = api(3).response
@@ -55,3 +56,26 @@ def test_encode_array_is_the_array_as_the_whole_message_encodes_it(version):
     plain = {"topics": [{"name": "x", "partitions": parts}]}
     pre = {"topics": [{"name": "x", "partitions": SCHEMA.encode_array(version, ("topics", "partitions"), parts)}]}
     assert SCHEMA.encode(pre, version) == SCHEMA.encode(plain, version)
+
+
+@pytest.mark.parametrize("version", range(13))
+def test_copies_of_one_partition_are_the_array_encoded_element_by_element(version):
+    template = {"error_code": 0, "leader_id": 3, "leader_epoch": 5, "replica_nodes": [3, 1], "isr_nodes": [3],
+                "offline_replicas": []}
+    indexes = [0, 1, 2, 7, 2**31 - 1]
+    copies = SCHEMA.encode_array_of_copies(version, ("topics", "partitions"), template, "partition_index", indexes)
+    plain = SCHEMA.encode_array(version, ("topics", "partitions"), [{**template, "partition_index": i} for i in indexes])
+    assert copies.data == plain.data
+
+
+def test_copies_refuse_what_they_cannot_patch():
+    with pytest.raises(SchemaError):   # int16, not int32
+        SCHEMA.encode_array_of_copies(12, ("topics", "partitions"), {}, "error_code", [1])
+    with pytest.raises(SchemaError):   # out of int32's range
+        SCHEMA.encode_array_of_copies(12, ("topics", "partitions"), {}, "partition_index", [2**31])
+
+
+def test_copies_of_a_field_past_the_leading_run_are_encoded_one_by_one():
+    template = {"node_id": 1, "host": "h", "rack": None}   # port follows the host string
+    copies = SCHEMA.encode_array_of_copies(12, ("brokers",), template, "port", [9092, 9093])
+    assert copies.data == SCHEMA.encode_array(12, ("brokers",), [{**template, "port": p} for p in (9092, 9093)]).data
