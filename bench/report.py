@@ -94,6 +94,7 @@ W2_ROWS = [
 W4_ROWS = [
     ("create topic s", ("W4", "create_seconds")),
     ("Metadata v1 response bytes", ("W4", "metadata", "bytes")),
+    ("Metadata v1 first answer µs", ("W4", "metadata", "first_us")),
     ("Metadata v1 p50 µs", ("W4", "metadata", "p50_us")),
     ("100 producers' first metadata s", ("W4", "producers_metadata_seconds")),
     ("produce msg/s (100 B, all partitions)", ("W4", "produce", "msg_per_s")),
