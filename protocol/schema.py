@@ -694,26 +694,26 @@ class MessageSchema:
         index: ~0.3 ms instead of ~3.6). The field must lie in the struct's leading run of
         fixed-size fields; otherwise every copy is encoded."""
         array = self._array_at(version, path)
-        el = array.element
-        first = el._plan[0] if type(el) is _Struct and el._plan else (None, (), ())
-        if first[0] is None or field not in first[1]:
-            return self.encode_array(version, path, [{**template, field: v} for v in values])
-        i = first[1].index(field)
-        fmt = first[0].format
-        at = struct.calcsize(fmt[:1 + i])   # ">" and the fields before it
-        if fmt[1 + i] != "i":
-            raise SchemaError(f"{self.name}: {field} is not an int32")
-        one = BytesIO()
-        self._build_into(el, {**template, field: 0}, version, one, {})
-        raw = one.getvalue()
-        head, tail = raw[:at], raw[at + 4:]
-        stream = BytesIO()
-        self._build_into(array.length, len(values), version, stream, {})
-        try:
-            stream.write(b"".join([head + v + tail for v in map(_INT32_PACK, values)]))
-        except struct.error as e:
-            raise SchemaError(f"{self.name}: {field}: {e}") from e
-        return EncodedArray(stream.getvalue())
+        at = 0   # the field's position in an encoded element
+        for f in array.element.fields if type(array.element) is _Struct else ():
+            if type(f.codec) is not _Fixed:
+                break
+            if f.name == field:
+                if f.codec is not INT32:
+                    raise SchemaError(f"{self.name}: {field} is not an int32")
+                one = BytesIO()
+                self._build_into(array.element, {**template, field: 0}, version, one, {})
+                raw = one.getvalue()
+                head, tail = raw[:at], raw[at + 4:]
+                stream = BytesIO()
+                self._build_into(array.length, len(values), version, stream, {})
+                try:
+                    stream.write(b"".join([head + v + tail for v in map(_INT32_PACK, values)]))
+                except struct.error as e:
+                    raise SchemaError(f"{self.name}: {field}: {e}") from e
+                return EncodedArray(stream.getvalue())
+            at += f.codec._s.size
+        return self.encode_array(version, path, [{**template, field: v} for v in values])
 
     def encode_external(self, obj: dict, version: int) -> tuple[bytes, list]:
         """Encode, leaving ExternalBytes values out: returns the bytes and a list of
