@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
@@ -46,11 +47,18 @@ class RawClient:
         self.send_only(key, version, body)
         return self.receive(timeout)
 
-    def send_only(self, key: int, version: int, body: dict) -> None:
-        """Send a request without waiting (e.g. to a paused broker); ``receive`` reads the answer."""
+    def send_only(self, key: int, version: int, body: dict, piece: int = 0, pause: float = 0.0) -> bytes:
+        """Send a request without waiting (e.g. to a paused broker); ``receive`` reads the answer.
+        With ``piece``, the frame goes out in pieces of that size, ``pause`` seconds apart.
+        Returns the frame sent."""
         self.correlation += 1
         self._pending = (key, version)
-        self.send_raw(encode_request(key, version, self.correlation, CLIENT, body))
+        data = encode_request(key, version, self.correlation, CLIENT, body)
+        for start in range(0, len(data), piece or len(data)):
+            if start:
+                time.sleep(pause)
+            self.send_raw(data[start:start + (piece or len(data))])
+        return data
 
     def receive(self, timeout: float = 10) -> dict:
         key, version = self._pending

@@ -9,7 +9,6 @@ import time
 import pytest
 
 from protocol.errors import ErrorCode
-from protocol.framing import encode_request
 from protocol.messages import ApiKey
 from protocol.records import BatchHeader, iter_records
 
@@ -380,14 +379,9 @@ def test_a_large_request_trickling_in_and_small_ones_after_it(broker, client):
     create_topic(client, "lowat", {"max.message.bytes": str(8 << 20)})
     values = [bytes([i % 251]) * 30_000 for i in range(100)]
     records = bytes(make_batch(values, batch_size=8 << 20))
-    data = encode_request(ApiKey.PRODUCE, 9, 7, "lowat-test", {
-        "acks": 1, "timeout_ms": 5000,
-        "topic_data": [{"name": "lowat", "partition_data": [{"index": 0, "records": records}]}]})
+    data = client.send_only(ApiKey.PRODUCE, 9, {"acks": 1, "timeout_ms": 5000, "topic_data": [
+        {"name": "lowat", "partition_data": [{"index": 0, "records": records}]}]}, piece=700_000, pause=0.1)
     assert len(data) > 2_900_000
-    for start in range(0, len(data), 700_000):
-        client.send_raw(data[start:start + 700_000])
-        time.sleep(0.1)
-    client.correlation, client._pending = 7, (ApiKey.PRODUCE, 9)
     answer = client.receive()["responses"][0]["partition_responses"][0]
     assert (answer["error_code"], answer["base_offset"]) == (0, 0), answer
     for _ in range(3):
