@@ -57,10 +57,6 @@ IDLE_RELEASE_S = 5.0
 # Produce requests of one connection whose ISR/fsync waits may run at once (librdkafka and
 # the Java producer keep up to 5 in flight with idempotence, more without).
 MAX_PIPELINED = 16
-# A request still more than this short of complete wakes its connection once per this much
-# (protocol/framing.py, FrameReader.receive_low_water): a 1 MiB Produce otherwise wakes it
-# for every 64 KiB segment.
-LOW_WATER_CAP = 1 << 20
 
 
 class StalledReader(Exception):
@@ -136,7 +132,6 @@ class Connection:
         self._responses: trio.MemorySendChannel | None = None
         self._queued = 0
         self._drained = trio.Event()
-        self._lowat = 1
 
     async def wait_readable(self) -> None:
         await trio.lowlevel.wait_readable(self.stream.socket)
@@ -149,7 +144,6 @@ class Connection:
         FrameReader.receive_low_water)."""
         if self.low_water_enabled:
             self.stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, n)
-        self._lowat = n
 
     async def run(self) -> None:
         stats = self.broker.stats
@@ -174,8 +168,8 @@ class Connection:
                     self.reader = FrameReader(self.broker.config.max_request_bytes)
                 request = self.reader.next_frame()
                 if request is None:
-                    lowat = self.reader.receive_low_water(LOW_WATER_CAP)
-                    if lowat != self._lowat:   # a syscall only when it changes: twice per large frame
+                    lowat = self.reader.low_water_change()
+                    if lowat is not None:
                         self.set_low_water(lowat)
                     # Receive straight into the reader's buffer: a large Produce is copied
                     # once by the kernel here and once by storage into the segment.

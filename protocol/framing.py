@@ -21,6 +21,10 @@ DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.byte
 # (FrameReader.receive_low_water); below it, one more wake-up costs less than the
 # setsockopt calls.
 LOW_WATER_MIN = 64 * 1024
+# ... and at most this much is waited for per wake-up: a multi-MiB answer is still copied
+# as it arrives. A follower at acks=all otherwise received each Fetch answer in ~90 KiB
+# pieces, a 1 MiB Produce woke the broker for every 64 KiB segment (bench/README.md).
+LOW_WATER_CAP = 1 << 20
 # sys.getrefcount(self._buf) when nothing else refers to the buffer: the attribute and
 # getrefcount's own argument. A memoryview of it (a frame handed out) adds one.
 _UNSHARED = 2
@@ -53,6 +57,7 @@ class FrameReader:
         self._buf = bytearray(chunk_size)
         self._pos = 0   # start of the first unconsumed byte
         self._end = 0   # end of received bytes
+        self._low_water = 1   # the low-water mark last handed out (a socket's default)
 
     @property
     def buffered(self) -> int:
@@ -117,6 +122,16 @@ class FrameReader:
         under memory pressure, so a frame that never completes cannot hang it)."""
         missing = self.missing()
         return min(missing, cap) if missing >= LOW_WATER_MIN else 1
+
+    def low_water_change(self, cap: int = LOW_WATER_CAP) -> int | None:
+        """``receive_low_water`` when it differs from what this reader last returned, for
+        the receiver to set on its socket before waiting; None when the socket has it
+        already (a setsockopt only when it changes: twice per large frame)."""
+        want = self.receive_low_water(cap)
+        if want == self._low_water:
+            return None
+        self._low_water = want
+        return want
 
     def feed(self, data) -> None:
         n = len(data)

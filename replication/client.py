@@ -23,10 +23,6 @@ from protocol.messages import ApiKey, api
 from .client_security import PLAINTEXT, ClientSecurity, SaslClientError
 
 _corr = count(1)
-# A response still more than this short of complete wakes us once per this much (see
-# FrameReader.receive_low_water): a follower at acks=all otherwise received each multi-MiB
-# Fetch answer in ~90 KiB pieces, one event-loop wake-up each (bench/README.md).
-LOW_WATER_CAP = 1 << 20
 
 
 class PeerError(Exception):
@@ -43,7 +39,6 @@ class PeerConnection:
         self.security = security
         self._stream: trio.abc.Stream | None = None
         self._reader = FrameReader(max_frame_bytes=1 << 30)
-        self._lowat = 1
         self._lock = trio.Lock()
 
     async def _connect(self) -> trio.abc.Stream:
@@ -55,7 +50,6 @@ class PeerConnection:
             except (OSError, trio.TooSlowError) as e:
                 raise PeerError(f"cannot connect to {self.host}:{self.port}: {e}") from None
             self._reader = FrameReader(max_frame_bytes=1 << 30)
-            self._lowat = 1
             try:
                 if sec.uses_tls:
                     stream = trio.SSLStream(stream, sec.ssl_context, server_hostname=self.host)
@@ -127,10 +121,9 @@ class PeerConnection:
             if frame is not None:
                 break
             if sock is not None:
-                lowat = reader.receive_low_water(LOW_WATER_CAP)
-                if lowat != self._lowat:   # a syscall only when it changes: twice per large frame
+                lowat = reader.low_water_change()   # a large response: woken once per MiB
+                if lowat is not None:
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, lowat)
-                    self._lowat = lowat
                 n = await sock.recv_into(reader.get_buffer())
                 if not n:
                     raise PeerError(f"{self.host}:{self.port} closed the connection")
