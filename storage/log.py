@@ -228,6 +228,21 @@ _EMPTY_SEGMENTS: list = []
 class Log:
     """A partition's log.  See the module doc for layout and threading."""
 
+    # What every log starts with, as class attributes until first assigned: CreateTopics
+    # of 1 000 partitions opens 1 000 logs before it answers.
+    _closed = False
+    flushed_offset = 0
+    truncations = 0                 # bumped by truncate_to (see flush)
+    offline: str | None = None      # why, once an fsync failed (LogOffline)
+    _checkpoint_unsynced = False
+    recovered_truncations = 0       # torn tails cut by recovery (for logs/tests)
+    # The directory was made by this process and its entry in the topic directory
+    # is not fsynced yet: the next flush does it (see _create_files).
+    _parent_unsynced = False
+    # Called with the new segment's base offset after every roll: the broker snapshots
+    # its producer state there (Kafka takes its producer-state snapshot at roll).
+    on_roll = None
+
     def __init__(self, directory: Path | str, config: LogConfig | None = None, *, new: bool = False):
         """Open the log in ``directory``, recovering what is there. ``new``: the caller
         knows nothing is there (its topic directory was made just now), so the log starts
@@ -240,19 +255,11 @@ class Log:
         self._flush_lock = threading.Lock()
         self._segments: list[Segment] = []
         self._bases: list[int] = []     # base offsets, parallel to _segments
-        self._closed = False
-        self.flushed_offset = 0
-        self.truncations = 0            # bumped by truncate_to (see flush)
-        self.offline: str | None = None  # why, once an fsync failed (LogOffline)
-        self._checkpoint_unsynced = False
-        self.recovered_truncations = 0  # torn tails cut by recovery (for logs/tests)
-        # The directory was made by this process and its entry in the topic directory
-        # is not fsynced yet: the next flush does it (see _create_files).
-        self._parent_unsynced = False
-        # Called with the new segment's base offset after every roll: the broker snapshots
-        # its producer state there (Kafka takes its producer-state snapshot at roll).
-        self.on_roll = None
-        self._load(new)
+        if new:
+            # Never written (see the module doc): empty at offset 0, files at first append.
+            self.log_start_offset = self.log_end_offset = 0
+        else:
+            self._load()
 
     @property
     def directory(self) -> Path:
@@ -299,8 +306,8 @@ class Log:
     def _fsync_dir(self) -> None:
         fsync_path(self.directory)
 
-    def _load(self, new: bool = False) -> None:
-        if new or not self.directory.is_dir():
+    def _load(self) -> None:
+        if not self.directory.is_dir():
             # Never written (see the module doc): empty at offset 0, files at first append.
             self.log_start_offset = self.log_end_offset = self.flushed_offset = 0
             return
