@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -269,6 +270,27 @@ def wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float) 
         except OSError:
             time.sleep(0.02)
     raise RuntimeError(f"broker not listening on {port} after {timeout}s:\n" + tail(log))
+
+
+def wait_until_serving(port: int, timeout: float = 60.0) -> None:
+    """Return once the Kafka broker on ``port`` answers ApiVersions (v0, hand-encoded).
+    A port that accepts connections may still be starting: canopy binds its listeners
+    before it loads its topics and starts its event loop, so a workload timed from the
+    first accepted connection would count the rest of its start (W4's create topic did,
+    ~10 ms of it). W5 times the start itself and does not wait here."""
+    body = struct.pack(">hhih", 18, 0, 1, 5) + b"bench"
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                s.sendall(struct.pack(">i", len(body)) + body)
+                if len(s.recv(4)) == 4:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"broker on {port} does not answer ApiVersions after {timeout}s")
+        time.sleep(0.05)
 
 
 # --------------------------------------------------------------------------- canopy

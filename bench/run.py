@@ -86,6 +86,8 @@ class Suite:
             b.name = name
         else:
             b = brokers.start(name, tmp, log)
+        if b.kind == "kafka":
+            brokers.wait_until_serving(b.port)
         self.notes[name] = b.note
         return b
 
