@@ -51,8 +51,9 @@ _conn_ids = count(1)
 # answers waiting their turn: small dicts, no record bytes); one that makes no progress for this long —
 # the socket buffer full because the client stopped reading — closes the connection.
 SEND_TIMEOUT_S = int(os.environ.get("CANOPY_SEND_TIMEOUT_MS", "30000")) / 1000
-# A connection idle this long gives back its receive buffer (256 KiB); thousands of
-# idle clients then cost a socket and a task each, not a quarter MiB each.
+# A connection idle this long gives back its receive buffer (16 KiB, up to 256 KiB or its
+# largest frame once one did not fit); thousands of idle clients then cost a socket and a
+# task each.
 IDLE_RELEASE_S = 5.0
 # Produce requests of one connection whose ISR/fsync waits may run at once (librdkafka and
 # the Java producer keep up to 5 in flight with idempotence, more without).

@@ -15,7 +15,7 @@ from kafka.protocol.metadata import (
     ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse)
 
 from protocol.framing import (
-    DEFAULT_MAX_REQUEST_BYTES, LOW_WATER_MIN, FrameReader, FrameTooLarge, encode_request,
+    DEFAULT_MAX_REQUEST_BYTES, FIRST_BUFFER, LOW_WATER_MIN, FrameReader, FrameTooLarge, encode_request,
     encode_request_header, encode_response, frame, parse_request_header, response_header)
 from protocol.messages import api
 from protocol.schema import SchemaError, uvarint_bytes
@@ -202,6 +202,23 @@ def test_full_buffer_reused_only_once_no_frame_from_it_is_held():
     assert id(r._buf) != buf
     assert bytes(f) == b"b" * 100
     assert bytes(r.next_frame()) == b"c" * 100
+
+
+def test_a_new_reader_starts_small_and_takes_a_large_frame_whole():
+    """A new connection's reader costs FIRST_BUFFER bytes (from the heap, not a fresh
+    256 KiB mapping zeroed page by page); the first frame that does not fit brings a
+    buffer of at least chunk_size, and small frames keep the first buffer."""
+    r = FrameReader()
+    assert len(r.get_buffer()) == FIRST_BUFFER < r.chunk_size
+    small = b"s" * 100
+    r.feed(_size(len(small)) + small)
+    assert bytes(r.next_frame()) == small
+    assert len(r.get_buffer()) == FIRST_BUFFER
+    big = bytes(range(256)) * 1200   # 300 KiB
+    stream = _size(len(big)) + big
+    for i in range(0, len(stream), 7000):
+        r.feed(stream[i:i + 7000])
+    assert bytes(r.next_frame()) == big
 
 
 def test_partial_frame_carried_over_when_the_buffer_is_reused():

@@ -15,6 +15,7 @@ from broker.http.views import decode_assignment
 from broker.logformat import JsonFormatter
 from broker.stats import Histogram, RequestStats
 from protocol.records import build_batch
+from protocol.schema import EncodedArray
 from storage import Log, LogConfig
 
 
@@ -34,8 +35,10 @@ def test_errors_counted_at_every_level_of_a_response():
     s.record(3, 0.002, {"error_code": 41, "topics": []})
     s.record(1, 0.5, {"error_code": 0, "responses": [{"topic": "t", "partitions": [
         {"partition_index": 0, "error_code": 1}, {"partition_index": 1, "error_code": 0}]}]})
-    assert s.errors == {(0, 6): 2, (3, 41): 1, (1, 1): 1}
-    assert s.latency[0].count == 2 and s.latency[3].count == 1
+    s.record(18, 0.001, {"error_code": 35, "api_keys": []})
+    s.record(18, 0.001, {"error_code": 0, "api_keys": EncodedArray(b"")})   # as the handler answers
+    assert s.errors == {(0, 6): 2, (3, 41): 1, (1, 1): 1, (18, 35): 1}
+    assert s.latency[0].count == 2 and s.latency[3].count == 1 and s.latency[18].count == 2
 
 
 def test_max_timestamp_through_reads_the_index(tmp_path):
