@@ -37,7 +37,7 @@ from storage import LogOffline
 from . import cold_reads
 from .broker import Broker, Pending
 from .config import BrokerConfig
-from .handlers import HANDLERS
+from .handlers import HANDLERS, build_codecs
 from .handlers.api_versions import unsupported_version_response
 
 log = logging.getLogger("canopy.server")
@@ -519,7 +519,8 @@ def serve(config: BrokerConfig) -> None:
             raise
         try:
             broker = Broker(config)
-            # Everything made so far (imports, schemas, every loaded partition) lives as
+            build_codecs()
+            # Everything made so far (imports, codecs, every loaded partition) lives as
             # long as the process: move it out of the collector's view. Otherwise the first
             # full collection, set off by the next burst of allocations (CreateTopics of
             # 1 000 partitions), walks it all: 20-35 ms with every connection stalled.
