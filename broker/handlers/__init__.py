@@ -34,7 +34,6 @@ except ImportError:  # pragma: no cover - during bring-up only
 HANDLERS: dict[int, ModuleType] = {m.API_KEY: m for m in _MODULES}
 
 
-
 def build_codecs() -> None:
     """Build the request and response codec of every version served. A codec is
     otherwise built by the first request that needs it: a fresh broker answered its first
