@@ -60,10 +60,6 @@ class RequestStats:
                     if p["error_code"]:
                         self._error(1, p["error_code"])
             return
-        if api_key == 18:       # ApiVersions, every connection's first: one code, then the API list
-            if response["error_code"]:
-                self._error(18, response["error_code"])
-            return
         codes = []
         _error_codes(response, codes)
         for code in codes:
