@@ -54,8 +54,7 @@ class FrameReader:
     sizes over ``max_frame_bytes`` (or negative) are refused as soon as the 4-byte prefix
     is seen, so a hostile 2 GiB prefix costs nothing."""
 
-    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_REQUEST_BYTES, chunk_size: int = 256 * 1024,
-                 first_size: int = FIRST_BUFFER):
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_REQUEST_BYTES, chunk_size: int = 256 * 1024):
         self.max_frame_bytes = max_frame_bytes
         self.chunk_size = chunk_size
         # The first buffer is small; the first frame that does not fit brings one of
@@ -63,7 +62,7 @@ class FrameReader:
         # (ApiVersions, Metadata, heartbeats), and a reader is made anew after each idle
         # spell (broker/server.py): 256 KiB up front came from mmap, zeroed page by page,
         # ~90 µs of every new connection's first answer.
-        self._buf = bytearray(min(chunk_size, first_size))
+        self._buf = bytearray(min(chunk_size, FIRST_BUFFER))
         self._pos = 0   # start of the first unconsumed byte
         self._end = 0   # end of received bytes
         self._low_water = 1   # the low-water mark last handed out (a socket's default)
