@@ -1,0 +1,275 @@
+"""Issue 15's goals, each measured in one run: the second half of `make bench`.
+
+    .venv/bin/python bench/goals.py                      # ~30 minutes, after bench/run.py
+    .venv/bin/python bench/goals.py --only replication,spark
+    .venv/bin/python bench/goals.py --quick              # small counts: a smoke test (~5 min)
+
+bench/run.py measures canopy against its peers (W1-W5); the goals of issue 15 that need a
+cluster, a cold page cache, Spark or repeated runs have scripts of their own. This runs
+them one after another, each as its own process on this checkout:
+
+  produce      item 4: W1's produce phase (1 000 000 x 1 KiB, bench/kafka_load.ck_produce)
+               five times, each on a fresh broker; broker CPU us per message, min/median/max
+  replication  item 2: bench/replication.py --rounds 4 --records 200000 --warm-memory 2
+  tree         item 3: bench/tree_fanout.py (7 brokers, fan-out 2 against 6; the chart)
+  cold         item 5: bench/cold_read.py --gb 5 (root drops the page cache; without root
+               the cold passes are not cold and the table says so)
+  spark        item 7: bench/spark_source.py --repeat 3
+
+then reads items 1 and 6 (W5 restart, W4 create) from bench/run.py's JSON of the same
+`make bench` (--peers-json; default: the newest bench/results/<stamp>.json), and writes
+bench/results/goals-<stamp>.md and .json: one row per goal with the figure measured in this
+run, the goal and whether it was met. A workload that fails is reported as failed and the
+others still run; the exit status is then 1.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import brokers  # noqa: E402
+from kafka_load import ck_produce, make_topic  # noqa: E402
+from progress import Progress  # noqa: E402
+
+ROOT = brokers.ROOT
+RESULTS = ROOT / "bench" / "results"
+WORKLOADS = ("produce", "replication", "tree", "cold", "spark")
+
+
+def newest(pattern: str, since: float) -> Path | None:
+    """The newest results file matching ``pattern`` written at or after ``since``."""
+    found = [p for p in RESULTS.glob(pattern) if p.stat().st_mtime >= since]
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
+def run_script(argv: list[str]) -> None:
+    print(f"\n$ {' '.join(argv)}", flush=True)
+    subprocess.run([sys.executable, *argv], cwd=ROOT, check=True)
+
+
+def produce(quick: bool) -> dict:
+    """W1's produce phase, five times, each on a fresh canopy (the same broker settings as
+    bench/run.py's W1); 2 GiB of memory warmed before each (bench/README.md, "The VM's
+    memory")."""
+    rounds, records = (2, 100_000) if quick else (5, 1_000_000)
+    per_round = []
+    bar = Progress("W1 produce x5", rounds)
+    with tempfile.TemporaryDirectory(prefix="canopy-goals-") as tmp:
+        for i in range(rounds):
+            b = brokers.canopy(os.path.join(tmp, f"d{i}"), Path(tmp) / "canopy.log")
+            try:
+                topic = f"goals-{uuid.uuid4().hex[:6]}"
+                make_topic(b, topic)
+                brokers.warm_guest_memory(2)
+                per_round.append(ck_produce(b, topic, records, 1024, bar))
+            finally:
+                b.stop()
+            bar.step(1, f"round {i + 1}")
+    bar.close()
+    cpu = [r["broker_cpu_us_per_msg"] for r in per_round]
+    return {"records": records, "record_bytes": 1024, "rounds": per_round,
+            "cpu_us_per_msg": {"min": min(cpu), "median": statistics.median(cpu), "max": max(cpu)}}
+
+
+def measure(name: str, quick: bool, since: float) -> dict:
+    if name == "produce":
+        return produce(quick)
+    if name == "replication":
+        run_script(["bench/replication.py", *(["--quick"] if quick else
+                                              ["--rounds", "4", "--records", "200000", "--warm-memory", "2"])])
+        path = newest("replication-*.json", since)
+    elif name == "tree":
+        run_script(["bench/tree_fanout.py", *(["--quick"] if quick else [])])
+        path = newest("tree-fanout-*.json", since)
+    elif name == "cold":
+        path = RESULTS / f"cold-read-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        run_script(["bench/cold_read.py", "--gb", "0.25" if quick else "5",
+                    "--samples", "500" if quick else "3000", "--out", str(path)])
+    else:
+        run_script(["bench/spark_source.py", *(["--records", "20000", "--repeat", "1"] if quick else
+                                               ["--repeat", "3"])])
+        path = newest("spark-*.json", since)
+    if path is None or not path.exists():
+        raise RuntimeError(f"{name}: the script wrote no results file")
+    return json.loads(path.read_text()) | {"results_file": str(path.relative_to(ROOT))}
+
+
+# Figures are compared as the table shows them (two decimals): 1.5000000001 us meets "<= 1.5".
+def at_most(x: float, limit: float) -> bool:
+    return round(x, 2) <= limit
+
+
+def at_least(x: float, limit: float) -> bool:
+    return round(x, 2) >= limit
+
+
+def row(item: str, goal: str, figure: str, met: bool | None) -> list[str]:
+    return [item, goal, figure, {True: "met", False: "**not met**", None: "-"}[met]]
+
+
+def goal_rows(m: dict, peers: dict | None) -> list[list[str]]:
+    """The goals table from this run's results. Each figure is read from the results file
+    of its own workload; a workload that failed or was skipped gives a row saying so."""
+    rows = []
+
+    def missing(item: str, goal: str, key: str) -> list[str]:
+        why = m.get(key, {}).get("error", "not run") if key in m else "not run"
+        return row(item, goal, why, None)
+
+    w5 = ((peers or {}).get("runs", {}).get("canopy", {}).get("W5") or {}).get("sizes")
+    goal1 = "first correct answer <= 1 s after start, cold cache; cost independent of log size"
+    if w5:
+        first = {gb: max(s[k]["first_fetch_seconds"] for k in ("clean", "after_kill")) for gb, s in w5.items()}
+        figure = ", ".join(f"{gb} GiB {s:.2f} s" for gb, s in first.items()) + \
+            ("" if peers["runs"]["canopy"]["W5"].get("drop_caches") else " (page cache NOT dropped: no root)")
+        rows.append(row("1 W5 restart, first deep fetch answer (slower of clean / after SIGKILL)", goal1,
+                        figure, all(at_most(s, 1.0) for s in first.values())))
+    else:
+        rows.append(row("1 W5 restart", goal1, "no W5 in bench/run.py's results", None))
+
+    r = m.get("replication")
+    if r and "error" not in r:
+        hops = r["latency"]["hops"]
+        rows.append(row("2 acks=all / acks=1, replicated msg/s (median of rounds)", ">= 0.9",
+                        f"{r['ratio_all_vs_1_replicated']:.2f} (rounds "
+                        + ", ".join(f"{x:.2f}" for x in r["ratios_all_vs_1_replicated"]) + ")",
+                        at_least(r["ratio_all_vs_1_replicated"], 0.9)))
+        p50 = max(h["p50_ms"] for h in hops.values())
+        p99 = max(h["p99_ms"] for h in hops.values())
+        rows.append(row("2 per tree hop latency, worst hop", "p50 <= 1 ms, p99 <= 5 ms",
+                        f"p50 {p50:.2f} ms, p99 {p99:.2f} ms", at_most(p50, 1) and at_most(p99, 5)))
+        cpu = r["acksall"]["follower_cpu_us_per_msg_max"]
+        rows.append(row("2 CPU per replicated message per replica, acks=all, busiest follower",
+                        "<= 1.5 us", f"{cpu:.2f} us (mean {r['acksall']['follower_cpu_us_per_msg_mean']:.2f})",
+                        at_most(cpu, 1.5)))
+    else:
+        rows.append(missing("2 replication", "acks=all / acks=1 >= 0.9; hop p50 <= 1 ms, p99 <= 5 ms; "
+                             "<= 1.5 us per replicated message per replica", "replication"))
+
+    t = m.get("tree")
+    if t and "error" not in t:
+        tr, fl = t["runs"]["tree"], t["runs"]["flat"]
+        egress = "leader_egress_per_produced_byte"
+        rows.append(row("3 leader egress per produced byte, 7 replicas: tree / flat",
+                        "one leader feeds more through a tree (chart)",
+                        f"{tr['produce'][egress]:.2f} / {fl['produce'][egress]:.2f}", None))
+        cpu = "leader_cpu_ms_per_mb"
+        rows.append(row("3 leader CPU ms per produced MB with 100 readers: tree, readers on the leaves / "
+                        "flat, readers on the leader", "(chart)",
+                        f"{tr['readers']['leaves'][cpu]:.1f} / {fl['readers']['leader'][cpu]:.1f} "
+                        f"(egress {tr['readers']['leaves'][egress]:.1f} / {fl['readers']['leader'][egress]:.1f})",
+                        None))
+        rows.append(row("3 latency leader -> deepest replica p50 / p99: tree; flat", "(chart)",
+                        f"{tr['latency']['p50_ms']:.2f} / {tr['latency']['p99_ms']:.2f} ms; "
+                        f"{fl['latency']['p50_ms']:.2f} / {fl['latency']['p99_ms']:.2f} ms", None))
+    else:
+        rows.append(missing("3 tree vs flat", "(chart)", "tree"))
+
+    p = m.get("produce")
+    if p and "error" not in p:
+        c = p["cpu_us_per_msg"]
+        rows.append(row(f"4 W1 produce broker CPU per 1 KiB message, {len(p['rounds'])} runs",
+                        "median <= 1 us, max <= 1.5 us",
+                        f"min {c['min']:.2f} / median {c['median']:.2f} / max {c['max']:.2f} us",
+                        at_most(c["median"], 1) and at_most(c["max"], 1.5)))
+    else:
+        rows.append(missing("4 W1 produce CPU", "median <= 1 us, max <= 1.5 us", "produce"))
+
+    c = m.get("cold")
+    if c and "error" not in c:
+        run = next(iter(c["runs"].values()))
+        ratios = {k.rsplit("_", 1)[1]: run[k]["p99_ratio"] for k in run if k.startswith("cold_reader_")}
+        dropped = all(run.get(f"cache_dropped_{mode}") for mode in ratios)
+        rows.append(row(f"5 producer p99 with a cold {c['gb']:g} GiB reader / without "
+                        f"(warm reader: {run['warm_reader']['p99_ratio']})", "<= 2",
+                        ", ".join(f"{mode} {v}" for mode, v in ratios.items())
+                        + ("" if dropped else " (the log was not made cold)"),
+                        all(at_most(v, 2) for v in ratios.values())))
+    else:
+        rows.append(missing("5 cold reads", "<= 2", "cold"))
+
+    w4 = (peers or {}).get("runs", {})
+    try:
+        ratio = w4["canopy"]["W4"]["create_seconds"] / w4["tansu"]["W4"]["create_seconds"]
+        rows.append(row("6 W4 create 1 000 partitions, canopy / Tansu", "<= 1",
+                        f"{ratio:.2f} ({w4['canopy']['W4']['create_seconds']} / "
+                        f"{w4['tansu']['W4']['create_seconds']} s)", at_most(ratio, 1)))
+    except (KeyError, TypeError, ZeroDivisionError):
+        rows.append(row("6 W4 create", "<= 1", "no W4 for canopy and Tansu in bench/run.py's results", None))
+
+    s = m.get("spark")
+    if s and "error" not in s:
+        rd = s["readers"]
+        rows.append(row("7 PySpark stream / confluent-kafka consumer, records/s", ">= 0.8",
+                        f"{rd['spark stream']['ratio_to_confluent']:.2f} "
+                        f"(batch {rd['spark batch']['ratio_to_confluent']:.2f})",
+                        at_least(rd["spark stream"]["ratio_to_confluent"], 0.8)))
+    else:
+        rows.append(missing("7 PySpark source", ">= 0.8", "spark"))
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default=",".join(WORKLOADS),
+                    help="comma-separated subset of: " + ", ".join(WORKLOADS))
+    ap.add_argument("--peers-json", type=Path,
+                    help="bench/run.py's results for items 1 and 6 (default: the newest)")
+    ap.add_argument("--quick", action="store_true", help="small counts: a smoke test, not figures")
+    args = ap.parse_args()
+    only = [w for w in args.only.split(",") if w]
+    unknown = set(only) - set(WORKLOADS)
+    if unknown:
+        ap.error(f"unknown workload(s) {', '.join(sorted(unknown))}; choose from {', '.join(WORKLOADS)}")
+    start, load0 = time.time(), os.getloadavg()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                         cwd=ROOT).stdout.strip()
+    measured: dict = {}
+    for name in only:
+        try:
+            measured[name] = measure(name, args.quick, time.time())
+        except Exception as e:   # noqa: BLE001 - one workload's failure must not hide the others
+            print(f"{name} failed: {e}", file=sys.stderr, flush=True)
+            measured[name] = {"error": f"failed: {e}"}
+    peers_path = args.peers_json or max((p for p in RESULTS.glob("2*.json")), default=None,
+                                        key=lambda p: p.stat().st_mtime)
+    peers = json.loads(peers_path.read_text()) if peers_path and peers_path.exists() else None
+    rows = goal_rows(measured, peers)
+    load1 = os.getloadavg()
+    md = [f"# Issue 15's goals, {time.strftime('%Y-%m-%d %H:%M')}, git {git}",
+          "",
+          f"Load average {load0[0]:.1f} -> {load1[0]:.1f} on {os.cpu_count()} vCPUs; "
+          f"{time.time() - start:.0f} s. Items 1 and 6 from "
+          + (f"{peers_path.relative_to(ROOT)} (git {peers.get('git')}, {peers.get('timestamp')})"
+             if peers else "no bench/run.py results") + ".",
+          "",
+          "| item | goal | measured in this run | |",
+          "|---|---|---|---|"]
+    md += ["| " + " | ".join(r) + " |" for r in rows]
+    files = {k: v["results_file"] for k, v in measured.items() if "results_file" in v}
+    if files:
+        md += ["", "Results files: " + ", ".join(f"{k} `{v}`" for k, v in files.items()) + "."]
+    text = "\n".join(md) + "\n"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"goals-{stamp}.md").write_text(text)
+    (RESULTS / f"goals-{stamp}.json").write_text(json.dumps(
+        {"stamp": stamp, "git": git, "loadavg_start": load0, "loadavg_end": load1,
+         "peers_json": str(peers_path) if peers_path else None, "measured": measured,
+         "rows": rows}, indent=1, default=str))
+    print("\n" + text + f"\nwritten bench/results/goals-{stamp}.md, .json")
+    return 1 if any("error" in v for v in measured.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
