@@ -207,12 +207,14 @@ def markdown(rep: dict, stamp: str) -> str:
         rows.append(["peak RSS MB (clean restart, after the full read)"]
                     + [sizes[c].get("peak_rss_mb") for c in cols])
         first = cols[0]
-        ratio = ["first fetch answer, clean / after kill / no snapshots, vs " + first + " GiB"]
+        # Not named `ratio`: that would make the module's ratio() a local of this whole
+        # function, unbound where W3's rows call it above.
+        vs_first = ["first fetch answer, clean / after kill / no snapshots, vs " + first + " GiB"]
         for c in cols:
-            ratio.append(" / ".join(
+            vs_first.append(" / ".join(
                 f"{sizes[c][k]['first_fetch_seconds'] / max(sizes[first][k]['first_fetch_seconds'], 1e-3):.2f}"
                 for k in ("clean", "after_kill", "no_snapshots")))
-        rows.append(ratio)
+        rows.append(vs_first)
         out.append(f"## W5 restart — canopy restarted on {w5['partitions']} partitions filled "
                    f"through the broker (idempotent producer, {w5['record_bytes']} B records), "
                    f"page cache {'dropped' if w5['drop_caches'] else 'NOT dropped (no root)'} "

@@ -279,11 +279,12 @@ def main(argv: list[str] | None = None) -> int:
                       "librdkafka": confluent_kafka.libversion()[0],
                       "kafka-python": __import__("kafka").__version__},
            "config": cfg, "notes": suite.notes, "runs": suite.runs, "errors": suite.errors}
+    # The figures first: a fault in the report's rendering must not lose a run.
+    (RESULTS / f"{stamp}.json").write_text(json.dumps(rep, indent=2) + "\n")
     md = report.markdown(rep, stamp)
     charts = report.charts(rep, RESULTS, stamp)
     if charts:
         md += "\n" + "\n".join(f"![{c.stem}]({c.name})" for c in charts) + "\n"
-    (RESULTS / f"{stamp}.json").write_text(json.dumps(rep, indent=2) + "\n")
     (RESULTS / f"{stamp}.md").write_text(md)
     (RESULTS / "latest.md").write_text(md)
     print()

@@ -1,0 +1,87 @@
+"""The bench's report code runs at the end of an hour of `make bench`: a slip there loses
+the run's tables. These render reports from results shaped like the workloads' own."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.fixture(scope="module")
+def bench_modules():
+    sys.path.insert(0, str(BENCH))
+    try:
+        import goals
+        import report
+        yield report, goals
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def _w3(msg_per_s: float) -> dict:
+    return {"produce": {"msg_per_s": msg_per_s, "mb_per_s": msg_per_s / 1000, "broker_cpu_us_per_msg": 2.0},
+            "round_trip": {"p50_us": 900.0, "p99_us": 4000.0}}
+
+
+def _w5_case(first_fetch: float) -> dict:
+    return {"listening_seconds": 0.2, "offsets_for_times_seconds": 0.3, "first_fetch_seconds": first_fetch}
+
+
+def _peers_report() -> dict:
+    def w5_size(clean: float, after_kill: float) -> dict:
+        return {"log_bytes": 1 << 30, "peak_rss_mb": 80.0, "clean": _w5_case(clean),
+                "after_kill": _w5_case(after_kill), "no_snapshots": _w5_case(3.0)}
+    return {
+        "timestamp": "2026-11-27T01:00:00", "git": "abc1234",
+        "machine": {"cpus": 2, "cpu_model": "test", "kernel": "6", "python": "3.11",
+                    "note": "loopback", "loadavg_at_start": [1.0, 1.0, 1.0]},
+        "loadavg_at_end": [1.0, 1.0, 1.0], "wall_seconds": 1.0, "client": {"librdkafka": "2"},
+        "config": {"records": 1000, "sizes": [1024], "kp_records": 100, "round_trips": 10,
+                   "e2e_rate": 100, "e2e_seconds": 1.0, "w3_producers": 2, "w3_records": 100,
+                   "w4_partitions": 1000, "w4_producers": 2, "w4_per_producer": 2, "passes": 1},
+        "notes": {}, "errors": {},
+        "runs": {"canopy": {"W3": _w3(5000.0), "W4": {"create_seconds": 0.019},
+                            "W5": {"partitions": 8, "record_bytes": 1024, "drop_caches": True,
+                                   "sizes": {"1": w5_size(0.4, 0.5), "5": w5_size(0.5, 0.625)}}},
+                 "canopy-always": {"W3": _w3(4000.0)},
+                 "tansu": {"W4": {"create_seconds": 0.020}}},
+    }
+
+
+def test_report_renders_w3_beside_w5(bench_modules):
+    """W5's rows once named a local `ratio`, which made the module's ratio() unbound in
+    the W3 table of the same function: every full run crashed before writing its report."""
+    report, _ = bench_modules
+    md = report.markdown(_peers_report(), "stamp")
+    assert "W3 durability cost" in md and "W5 restart" in md
+    assert "| 0.80 |" in md            # W3: flush=always / async msg/s
+    assert "1.25 / 1.25 / 1.00" in md  # W5: first fetch vs the smallest log, per case
+
+
+def test_goals_table_from_each_workloads_results(bench_modules):
+    _, goals = bench_modules
+    hop = {"p50_ms": 0.7, "p99_ms": 4.0}
+    tree_run = {"produce": {"leader_egress_per_produced_byte": 2.0, "leader_cpu_ms_per_mb": 6.0},
+                "readers": {side: {"leader_egress_per_produced_byte": 2.0, "leader_cpu_ms_per_mb": 80.0}
+                            for side in ("leaves", "leader")},
+                "latency": {"p50_ms": 6.0, "p99_ms": 40.0}}
+    measured = {
+        "produce": {"rounds": [{}] * 5, "cpu_us_per_msg": {"min": 0.6, "median": 0.9, "max": 1.5000001}},
+        "replication": {"ratio_all_vs_1_replicated": 0.93, "ratios_all_vs_1_replicated": [0.8, 0.93, 1.0],
+                        "latency": {"hops": {"leader -> child": hop, "child -> grandchild": hop}},
+                        "acksall": {"follower_cpu_us_per_msg_max": 1.6, "follower_cpu_us_per_msg_mean": 1.2}},
+        "tree": {"runs": {"tree": tree_run, "flat": tree_run}},
+        "cold": {"gb": 5, "runs": {"head": {"cold_reader_log": {"p99_ratio": 3.1}, "cache_dropped_log": True,
+                                            "warm_reader": {"p99_ratio": 2.5}}}},
+        "spark": {"error": "failed: no Java"},
+    }
+    rows = {r[0].split()[0] + " " + r[0].split()[1]: r for r in goals.goal_rows(measured, _peers_report())}
+    verdicts = [r[3] for r in goals.goal_rows(measured, _peers_report())]
+    assert verdicts == ["met", "met", "met", "**not met**", "-", "-", "-", "met", "**not met**", "met",
+                        "-"]
+    assert "1.50" in rows["4 W1"][2]        # compared as shown: 1.5000001 meets <= 1.5
+    assert rows["7 PySpark"][2] == "failed: no Java"
+    assert "0.95" in rows["6 W4"][2]
