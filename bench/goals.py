@@ -63,7 +63,7 @@ def produce(quick: bool) -> dict:
     memory")."""
     rounds, records = (2, 100_000) if quick else (5, 1_000_000)
     per_round = []
-    bar = Progress("W1 produce x5", rounds)
+    bar = Progress(f"W1 produce x{rounds}", rounds)
     with tempfile.TemporaryDirectory(prefix="canopy-goals-") as tmp:
         for i in range(rounds):
             b = brokers.canopy(os.path.join(tmp, f"d{i}"), Path(tmp) / "canopy.log")
