@@ -231,6 +231,7 @@ def main() -> int:
     unknown = set(only) - set(WORKLOADS)
     if unknown:
         ap.error(f"unknown workload(s) {', '.join(sorted(unknown))}; choose from {', '.join(WORKLOADS)}")
+    brokers.compile_canopy()
     start, load0 = time.time(), os.getloadavg()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,

@@ -265,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown peers {bad}")
 
     RESULTS.mkdir(parents=True, exist_ok=True)
+    brokers.compile_canopy()
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     cfg = config(args)
     t0 = time.monotonic()
