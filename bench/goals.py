@@ -1,6 +1,6 @@
 """Issue 15's goals, each measured in one run: the second half of `make bench`.
 
-    .venv/bin/python bench/goals.py                      # ~30 minutes, after bench/run.py
+    .venv/bin/python bench/goals.py                      # ~7 minutes, after bench/run.py
     .venv/bin/python bench/goals.py --only replication,spark
     .venv/bin/python bench/goals.py --quick              # small counts: a smoke test (~5 min)
 
