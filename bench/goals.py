@@ -231,6 +231,10 @@ def main() -> int:
     unknown = set(only) - set(WORKLOADS)
     if unknown:
         ap.error(f"unknown workload(s) {', '.join(sorted(unknown))}; choose from {', '.join(WORKLOADS)}")
+    if args.peers_json is not None:
+        if not args.peers_json.is_file():
+            ap.error(f"--peers-json {args.peers_json}: no such file")
+        args.peers_json = args.peers_json.resolve()
     brokers.compile_canopy()
     start, load0 = time.time(), os.getloadavg()
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -252,7 +256,7 @@ def main() -> int:
           "",
           f"Load average {load0[0]:.1f} -> {load1[0]:.1f} on {os.cpu_count()} vCPUs; "
           f"{time.time() - start:.0f} s. Items 1 and 6 from "
-          + (f"{peers_path.relative_to(ROOT)} (git {peers.get('git')}, {peers.get('timestamp')})"
+          + (f"{os.path.relpath(peers_path, ROOT)} (git {peers.get('git')}, {peers.get('timestamp')})"
              if peers else "no bench/run.py results") + ".",
           "",
           "| item | goal | measured in this run | |",
