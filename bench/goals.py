@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import brokers  # noqa: E402
 from kafka_load import ck_produce, make_topic  # noqa: E402
 from progress import Progress  # noqa: E402
+from report import get  # noqa: E402
 
 ROOT = brokers.ROOT
 RESULTS = ROOT / "bench" / "results"
@@ -123,15 +124,16 @@ def goal_rows(m: dict, peers: dict | None) -> list[list[str]]:
     rows = []
 
     def missing(item: str, goal: str, key: str) -> list[str]:
-        why = m.get(key, {}).get("error", "not run") if key in m else "not run"
-        return row(item, goal, why, None)
+        return row(item, goal, m.get(key, {}).get("error", "not run"), None)
 
-    w5 = ((peers or {}).get("runs", {}).get("canopy", {}).get("W5") or {}).get("sizes")
+    peers = peers or {"runs": {}}
+    w5 = get(peers, "canopy", "W5") or {}
     goal1 = "first correct answer <= 1 s after start, cold cache, at every size (1, 5, 10 GiB)"
-    if w5:
-        first = {gb: max(s[k]["first_fetch_seconds"] for k in ("clean", "after_kill")) for gb, s in w5.items()}
+    if w5.get("sizes"):
+        first = {gb: max(s[k]["first_fetch_seconds"] for k in ("clean", "after_kill"))
+                 for gb, s in w5["sizes"].items()}
         figure = ", ".join(f"{gb} GiB {s:.2f} s" for gb, s in first.items()) + \
-            ("" if peers["runs"]["canopy"]["W5"].get("drop_caches") else " (page cache NOT dropped: no root)")
+            ("" if w5.get("drop_caches") else " (page cache NOT dropped: no root)")
         rows.append(row("1 W5 restart, first deep fetch answer (slower of clean / after SIGKILL)", goal1,
                         figure, all(at_most(s, 1.0) for s in first.values())))
     else:
@@ -198,13 +200,11 @@ def goal_rows(m: dict, peers: dict | None) -> list[list[str]]:
     else:
         rows.append(missing("5 cold reads", "<= 2", "cold"))
 
-    w4 = (peers or {}).get("runs", {})
-    try:
-        ratio = w4["canopy"]["W4"]["create_seconds"] / w4["tansu"]["W4"]["create_seconds"]
+    ours, theirs = get(peers, "canopy", "W4", "create_seconds"), get(peers, "tansu", "W4", "create_seconds")
+    if ours and theirs:
         rows.append(row("6 W4 create 1 000 partitions, canopy / Tansu", "<= 1",
-                        f"{ratio:.2f} ({w4['canopy']['W4']['create_seconds']} / "
-                        f"{w4['tansu']['W4']['create_seconds']} s)", at_most(ratio, 1)))
-    except (KeyError, TypeError, ZeroDivisionError):
+                        f"{ours / theirs:.2f} ({ours} / {theirs} s)", at_most(ours / theirs, 1)))
+    else:
         rows.append(row("6 W4 create", "<= 1", "no W4 for canopy and Tansu in bench/run.py's results", None))
 
     s = m.get("spark")
