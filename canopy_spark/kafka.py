@@ -279,7 +279,10 @@ def read_range(conf: dict[str, str], topic: str, partition: int, start: int, unt
         next_offset = start
         deadline = time.monotonic() + poll_timeout_s
         while next_offset < until:
-            msgs = consumer.consume(num_messages=chunk, timeout=0.5)
+            # consume() returns when it holds num_messages or the timeout has passed: asked
+            # for more records than the range has left, the last call of every range (and
+            # the only call of a small micro-batch) would sit out the whole timeout.
+            msgs = consumer.consume(num_messages=min(chunk, until - next_offset), timeout=0.5)
             if msgs and _contiguous(msgs, next_offset):
                 # The common case: records next_offset, next_offset+1, ... with no error
                 # among them; hand them on without looking at each one again.

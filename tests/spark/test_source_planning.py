@@ -49,6 +49,35 @@ def test_range_read_returns_exactly_the_planned_offsets(broker):
     assert rows[0]["timestamp"] == dt.datetime.fromtimestamp((T0 + 5) / 1000, dt.timezone.utc)
 
 
+def test_range_read_asks_for_no_more_records_than_the_range_holds(broker, monkeypatch):
+    # confluent-kafka's consume(num_messages, timeout) returns only once it holds
+    # num_messages or the timeout has passed. Asking for a whole chunk when fewer records
+    # were left made the last call of every range, and the only call of a small
+    # micro-batch, sit out the whole 0.5 s timeout. The real consumer underneath is
+    # watched, not replaced.
+    create_topic(broker.bootstrap, "s", 1)
+    produce(broker.bootstrap, "s", 120)
+    conf = K.client_config({"kafka.bootstrap.servers": broker.bootstrap})
+    asked: list[int] = []
+    real = K.executor_consumer
+
+    class Watched:
+        def __init__(self, consumer):
+            self._consumer = consumer
+
+        def consume(self, num_messages, timeout):
+            asked.append(num_messages)
+            return self._consumer.consume(num_messages=num_messages, timeout=timeout)
+
+        def __getattr__(self, name):
+            return getattr(self._consumer, name)
+
+    monkeypatch.setattr(K, "executor_consumer", lambda c: Watched(real(c)))
+    got = [m.offset() for msgs in K.read_range(conf, "s", 0, 10, 110, True, 30.0) for m in msgs]
+    assert got == list(range(10, 110))
+    assert asked[0] == 100 and max(asked) <= 100, asked
+
+
 def test_stream_reader_resolves_initial_offsets_once(broker):
     """Spark asks for initialOffset more than once before it logs batch 0; with
     startingOffsets=latest every answer must be the same start (Spark's own source resolves
