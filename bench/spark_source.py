@@ -10,6 +10,12 @@ N records of SIZE random bytes over P partitions once, then reads them all back:
   spark batch spark.read.format("canopy") -> write.format("noop") on local[2]: every row
               goes through the executors' Python read, Arrow, and into the JVM;
   spark stream readStream.format("canopy") availableNow -> noop sink (one micro-batch).
+  floor batch / floor stream
+              the same two queries on `canopy_floor`, a Python data source defined here
+              with the canopy source's schema, partitions and 10 000-row Arrow batches,
+              built once per partition with no Kafka and no per-record Python: what Spark
+              itself costs to bring these rows through any Python source on this machine,
+              so the best ratio the canopy source could reach.
 
 Spark start-up and a warm-up read (Python workers, JIT) are excluded. Printed as a table
 with the 1-minute load average before and after (the readers share 2 vCPUs with whatever
@@ -90,22 +96,94 @@ def confluent_read(bootstrap: str, topic: str, n: int, partitions: int) -> float
     return dt
 
 
-def spark_batch(spark, bootstrap: str, topic: str) -> float:
+def spark_batch(spark, bootstrap: str, topic: str, source: str = "canopy") -> float:
     t0 = time.perf_counter()
-    (spark.read.format("canopy").option("kafka.bootstrap.servers", bootstrap)
+    (spark.read.format(source).option("kafka.bootstrap.servers", bootstrap)
      .option("subscribe", topic).load().write.format("noop").mode("overwrite").save())
     return time.perf_counter() - t0
 
 
-def spark_stream(spark, bootstrap: str, topic: str, ck: str) -> tuple[float, int]:
+def spark_stream(spark, bootstrap: str, topic: str, ck: str, source: str = "canopy") -> tuple[float, int]:
     t0 = time.perf_counter()
-    q = (spark.readStream.format("canopy").option("kafka.bootstrap.servers", bootstrap)
+    q = (spark.readStream.format(source).option("kafka.bootstrap.servers", bootstrap)
          .option("subscribe", topic).option("startingOffsets", "earliest").load()
          .writeStream.format("noop").option("checkpointLocation", ck)
          .trigger(availableNow=True).start())
     q.awaitTermination()
     dt = time.perf_counter() - t0
     return dt, sum(p.numInputRows for p in q.recentProgress)
+
+
+def floor_source(records: int, size: int, partitions: int):
+    """The `canopy_floor` data source (see the module doc). Made in a function so that
+    pyspark pickles the classes by value: the Python workers cannot import bench/."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+
+    from canopy_spark.source import kafka_schema
+
+    class Rows(InputPartition):
+        def __init__(self, partition: int, start: int, until: int):
+            super().__init__((partition, start, until))
+            self.partition, self.start, self.until = partition, start, until
+
+    def ranges(start: int, until: int) -> list:
+        # [start, until) of the whole "topic", shared over the partitions like offsets
+        per = -(-records // partitions)
+        out = []
+        for p in range(partitions):
+            lo, hi = max(start, p * per), min(until, (p + 1) * per)
+            if lo < hi:
+                out.append(Rows(p, lo, hi))
+        return out
+
+    def read(part: Rows):
+        import pyarrow as pa
+
+        value = pa.scalar(os.urandom(size), pa.binary())
+        ts = pa.scalar(int(time.time() * 1e6), pa.timestamp("us", tz="UTC"))
+        for lo in range(part.start, part.until, 10_000):
+            n = min(10_000, part.until - lo)
+            yield pa.RecordBatch.from_arrays([
+                pa.nulls(n, pa.binary()), pa.repeat(value, n), pa.repeat(pa.scalar("bench", pa.string()), n),
+                pa.repeat(pa.scalar(part.partition, pa.int32()), n), pa.array(range(lo, lo + n), pa.int64()),
+                pa.repeat(ts, n), pa.repeat(pa.scalar(0, pa.int32()), n),
+            ], names=["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"])
+
+    class Batch(DataSourceReader):
+        def partitions(self):
+            return ranges(0, records)
+
+        def read(self, partition):
+            return read(partition)
+
+    class Stream(DataSourceStreamReader):
+        def initialOffset(self):
+            return {"offset": 0}
+
+        def latestOffset(self, start=None, limit=None):
+            return {"offset": records}
+
+        def partitions(self, start, end):
+            return ranges(start["offset"], end["offset"])
+
+        def read(self, partition):
+            return read(partition)
+
+    class Floor(DataSource):
+        @classmethod
+        def name(cls):
+            return "canopy_floor"
+
+        def schema(self):
+            return kafka_schema(False)
+
+        def reader(self, schema):
+            return Batch()
+
+        def streamReader(self, schema):
+            return Stream()
+
+    return Floor
 
 
 def main(argv=None) -> None:
@@ -140,6 +218,16 @@ def main(argv=None) -> None:
             assert rows == a.records, rows
             stream_times.append(dt)
         results["spark stream"] = min(stream_times)
+        spark.dataSource.register(floor_source(a.records, a.size, a.partitions))
+        spark_batch(spark, bootstrap, "bench", "canopy_floor")   # its own warm-up
+        results["floor batch"] = min(spark_batch(spark, bootstrap, "bench", "canopy_floor")
+                                     for _ in range(a.repeat))
+        stream_times = []
+        for i in range(a.repeat):
+            dt, rows = spark_stream(spark, bootstrap, "bench", os.path.join(tmp, f"floor-ck{i}"), "canopy_floor")
+            assert rows == a.records, rows
+            stream_times.append(dt)
+        results["floor stream"] = min(stream_times)
         spark.stop()
     finally:
         broker.terminate()

@@ -86,3 +86,17 @@ def test_goals_table_from_each_workloads_results(bench_modules):
     assert "1.50" in rows["4 W1"][2]        # compared as shown: 1.5000001 meets <= 1.5
     assert rows["7 PySpark"][2] == "failed: no Java"
     assert "0.95" in rows["6 W4"][2]
+
+
+def test_goals_table_shows_sparks_floor_beside_the_source(bench_modules):
+    _, goals = bench_modules
+    readers = {name: {"ratio_to_confluent": r} for name, r in
+               [("spark batch", 0.24), ("spark stream", 0.18), ("floor batch", 0.83), ("floor stream", 0.30)]}
+    row = next(r for r in goals.goal_rows({"spark": {"readers": readers}}, _peers_report())
+               if r[0].startswith("7 "))
+    assert row[2] == "0.18 (batch 0.24; Spark's floor: stream 0.30, batch 0.83)"
+    assert row[3] == "**not met**"
+    del readers["floor batch"], readers["floor stream"]   # results written before the floor
+    row = next(r for r in goals.goal_rows({"spark": {"readers": readers}}, _peers_report())
+               if r[0].startswith("7 "))
+    assert row[2] == "0.18 (batch 0.24)"
