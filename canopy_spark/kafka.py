@@ -239,6 +239,12 @@ def executor_consumer(conf: dict[str, str]):
     from confluent_kafka import Consumer
 
     c = dict(conf)
+    # Once a partition's local queue holds queued.max.messages.kbytes (64 MiB), librdkafka
+    # stops fetching it and looks again only after fetch.queue.backoff.ms (1 s). A task
+    # reading a larger range drains the queue well within that second and then waits for
+    # the rest. Spark's Java consumer fetches as soon as its buffer is drained; 10 ms comes
+    # close (a kafka.fetch.queue.backoff.ms option still wins).
+    c.setdefault("fetch.queue.backoff.ms", "10")
     c.update({
         "group.id": f"canopy-spark-{uuid.uuid4()}-executor",
         "enable.auto.commit": False,
