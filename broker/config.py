@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import os
-import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -278,6 +277,8 @@ def load_config(cli: dict, environ: dict | None = None) -> BrokerConfig:
     values: dict = {}
     config_file = cli.get("config") or environ.get("CANOPY_CONFIG")
     if config_file:
+        import tomllib   # only with a config file: ~10 ms of every start otherwise
+
         try:
             with open(config_file, "rb") as fh:
                 doc = tomllib.load(fh)
