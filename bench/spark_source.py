@@ -114,6 +114,18 @@ def spark_stream(spark, bootstrap: str, topic: str, ck: str, source: str = "cano
     return dt, sum(p.numInputRows for p in q.recentProgress)
 
 
+def best_of(spark, bootstrap: str, source: str, a: argparse.Namespace, tmp: str) -> tuple[float, float]:
+    """(batch, stream) seconds of `source` reading the bench topic, each the best of
+    a.repeat reads; every stream must have seen every record."""
+    batch = min(spark_batch(spark, bootstrap, "bench", source) for _ in range(a.repeat))
+    streams = []
+    for i in range(a.repeat):
+        dt, rows = spark_stream(spark, bootstrap, "bench", os.path.join(tmp, f"{source}-ck{i}"), source)
+        assert rows == a.records, rows
+        streams.append(dt)
+    return batch, min(streams)
+
+
 def floor_source(records: int, size: int, partitions: int):
     """The `canopy_floor` data source (see the module doc). Made in a function so that
     pyspark pickles the classes by value: the Python workers cannot import bench/."""
@@ -211,23 +223,10 @@ def main(argv=None) -> None:
         results = {}
         results["confluent"] = min(confluent_read(bootstrap, "bench", a.records, a.partitions)
                                    for _ in range(a.repeat))
-        results["spark batch"] = min(spark_batch(spark, bootstrap, "bench") for _ in range(a.repeat))
-        stream_times = []
-        for i in range(a.repeat):
-            dt, rows = spark_stream(spark, bootstrap, "bench", os.path.join(tmp, f"ck{i}"))
-            assert rows == a.records, rows
-            stream_times.append(dt)
-        results["spark stream"] = min(stream_times)
+        results["spark batch"], results["spark stream"] = best_of(spark, bootstrap, "canopy", a, tmp)
         spark.dataSource.register(floor_source(a.records, a.size, a.partitions))
         spark_batch(spark, bootstrap, "bench", "canopy_floor")   # its own warm-up
-        results["floor batch"] = min(spark_batch(spark, bootstrap, "bench", "canopy_floor")
-                                     for _ in range(a.repeat))
-        stream_times = []
-        for i in range(a.repeat):
-            dt, rows = spark_stream(spark, bootstrap, "bench", os.path.join(tmp, f"floor-ck{i}"), "canopy_floor")
-            assert rows == a.records, rows
-            stream_times.append(dt)
-        results["floor stream"] = min(stream_times)
+        results["floor batch"], results["floor stream"] = best_of(spark, bootstrap, "canopy_floor", a, tmp)
         spark.stop()
     finally:
         broker.terminate()
