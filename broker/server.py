@@ -58,6 +58,12 @@ IDLE_RELEASE_S = 5.0
 # Produce requests of one connection whose ISR/fsync waits may run at once (librdkafka and
 # the Java producer keep up to 5 in flight with idempotence, more without).
 MAX_PIPELINED = 16
+# A Fetch response whose record bytes total at most this much goes out as one write, the
+# records copied into it, instead of header, sendfile and tail as three: a replica or a
+# consumer long-polling for the newest records gets a few hundred bytes per response, and
+# each extra send on loopback is a syscall (and may wake the reader for a frame it cannot
+# use yet). Larger responses stay zero-copy.
+SMALL_RESPONSE_COPY = 64 << 10
 
 
 class StalledReader(Exception):
@@ -311,8 +317,11 @@ class Connection:
         if not external:
             await self.send_bytes(frame(head, payload))
             return
-        total = len(head) + len(payload) + sum(ext.size for _, ext in external)
+        records = sum(ext.size for _, ext in external)
+        total = len(head) + len(payload) + records
         prefix = total.to_bytes(4, "big") + head
+        if records <= SMALL_RESPONSE_COPY and await self._send_copied(prefix, payload, external):
+            return
         at = 0
         pending = prefix
         for pos, ext in external:
@@ -321,6 +330,30 @@ class Connection:
             await self.send_external(ext)
             at = pos
         await self.send_bytes(payload[at:])
+
+    async def _send_copied(self, prefix: bytes, payload: bytes, external: list) -> bool:
+        """Send the whole frame in one write, the record bytes read into it (a worker
+        thread reads cold ones: cold_reads.read_regions); False, having sent nothing,
+        when a segment reads short."""
+        parts = [prefix]
+        at = 0
+        try:
+            for pos, ext in external:
+                data = await cold_reads.read_regions(ext.source.regions, ext.size)
+                if data is None:
+                    return False
+                parts.append(payload[at:pos])
+                parts.append(data)
+                at = pos
+        except BaseException:
+            for _, ext in external:
+                ext.source.release()
+            raise
+        for _, ext in external:
+            ext.source.release()
+        parts.append(payload[at:])
+        await self.send_bytes(b"".join(parts))
+        return True
 
     async def send_bytes(self, data: bytes) -> None:
         if not data:

@@ -145,6 +145,46 @@ def test_fetch_response_limit_across_partitions(broker, client):
     assert len(parts[0]["records"]) > 3000 and len(parts[1]["records"]) == 0
 
 
+def _values(records: bytes) -> list[bytes]:
+    out, pos = [], 0
+    while pos < len(records):
+        h = BatchHeader.parse(records, pos)
+        out += [r.value for r in iter_records(records[pos:pos + h.total_size])]
+        pos += h.total_size
+    return out
+
+
+@pytest.mark.parametrize("big_partition", [None, 2])
+def test_fetch_of_several_partitions_holds_each_ones_batches(broker, client, big_partition):
+    """Record bytes are spliced into the response between the other fields of each
+    partition: copied into one write when they total at most 64 KiB (server.py,
+    SMALL_RESPONSE_COPY), sent from the segment files with sendfile when one partition
+    holds more. Each partition of a two-topic Fetch gets exactly its own records, in
+    request order, and the frame decodes to its last byte (RawClient's exact decode)."""
+    for topic in ("splice-a", "splice-b"):
+        r = client.request(ApiKey.CREATE_TOPICS, 5, {"topics": [{"name": topic, "num_partitions": 3,
+                                                                 "replication_factor": 1}], "timeout_ms": 5000})
+        assert r["topics"][0]["error_code"] == 0, r
+    want = {}
+    for topic in ("splice-a", "splice-b"):
+        for part in range(3):
+            size = 30_000 if topic == "splice-b" and part == big_partition else 200
+            vals = [b"%s/%d/%d/" % (topic.encode(), part, i) + bytes([65 + i]) * size for i in range(3)]
+            _produce_to(client, topic, part, make_batch(vals[:2]))
+            _produce_to(client, topic, part, make_batch(vals[2:]))
+            want[(topic, part)] = vals
+    r = client.request(ApiKey.FETCH, 12, {
+        "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 30, "session_id": 0,
+        "session_epoch": -1, "topics": [{"topic": t, "partitions": [
+            {"partition": i, "fetch_offset": 0, "partition_max_bytes": 1 << 20} for i in (2, 0, 1)]}
+            for t in ("splice-b", "splice-a")]})
+    got = {(t["topic"], p["partition_index"]): _values(bytes(p["records"]))
+           for t in r["responses"] for p in t["partitions"]}
+    assert [(t["topic"], p["partition_index"]) for t in r["responses"] for p in t["partitions"]] == \
+        [(t, i) for t in ("splice-b", "splice-a") for i in (2, 0, 1)]
+    assert got == want
+
+
 def test_long_poll_wakes_on_append(broker, client):
     create_topic(client, "poll")
     producer = RawClient(broker.bootstrap)

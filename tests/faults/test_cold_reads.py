@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.timeout(300)
 PREAD64 = {"x86_64": 17, "aarch64": 67}[os.uname().machine]
 
 
-def evict(partition_dir: Path) -> None:
+def drop(partition_dir: Path) -> None:
     """Drop the partition's pages from the page cache (clean pages only: fsync first)."""
     for f in sorted(partition_dir.glob("*.log")) + sorted(partition_dir.glob("*.index")):
         fd = os.open(f, os.O_RDONLY)
@@ -37,6 +38,13 @@ def evict(partition_dir: Path) -> None:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
+
+
+def evict(partition_dir: Path) -> None:
+    """drop(), checked: the first page of the first segment is not cached. (The check's
+    NOWAIT read starts the kernel's read-ahead, which brings back the first 128 KiB or so
+    at once: a test of a smaller log drops it again.)"""
+    drop(partition_dir)
     fd = os.open(sorted(partition_dir.glob("*.log"))[0], os.O_RDONLY)
     try:
         with pytest.raises(BlockingIOError):   # the probe canopy uses says "not cached"
@@ -134,10 +142,14 @@ def deleted_segments_open(pid: int) -> list[str]:
 def answer_incomplete(client: RawClient) -> bool:
     """The response frame has not fully arrived (its header may have: canopy sends the
     bytes before the records as soon as it has them)."""
+    timeout = client.sock.gettimeout()
+    client.sock.settimeout(0)   # with a timeout set, recv would wait for the first byte
     try:
-        data = client.sock.recv(256 << 20, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        data = client.sock.recv(256 << 20, socket.MSG_PEEK)
     except BlockingIOError:
         return True
+    finally:
+        client.sock.settimeout(timeout)
     return len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big")
 
 
@@ -197,6 +209,44 @@ def test_other_connections_are_served_while_a_cold_read_waits_for_the_disk(tmp_p
         assert fetched_values(slow.receive(timeout=120)) == produced
         assert fetched_values(slow2.receive(timeout=120)) == produced[200:]
         for client in (c, slow, slow2):
+            client.close()
+        assert b.proc.poll() is None
+    finally:
+        if held is not None:
+            held.release()
+        b.stop()
+
+
+def test_a_small_fetch_of_a_cold_log_is_read_by_a_worker_too(tmp_path):
+    """A response of a few KiB is copied into one write (server.py, SMALL_RESPONSE_COPY):
+    its records are read on the loop only when they are in the page cache; from a cold
+    log a worker thread reads them, held here while the loop serves others."""
+    b = BrokerProcess(tmp_path / "data").start()
+    held = None
+    try:
+        c = RawClient(b.bootstrap)
+        create_topic(c, "cold", {"retention.ms": "-1"})
+        create_topic(c, "hot", {"retention.ms": "-1"})
+        produced = []
+        for i in range(8):
+            vals = [b"small-%d-%d" % (i, j) + os.urandom(200) for j in range(3)]
+            assert produce(c, "cold", make_batch(vals))["error_code"] == 0
+            produced += vals
+        evict(tmp_path / "data" / "topics" / "cold" / "0")
+        time.sleep(0.5)   # the check's read-ahead has read the whole 6 KiB log back in
+        drop(tmp_path / "data" / "topics" / "cold" / "0")
+        held = HeldReads(b.proc.pid, tmp_path / "strace.out")
+        slow = RawClient(b.bootstrap)
+        slow.send_only(ApiKey.FETCH, 12, fetch_request("cold", 0))
+        wait_for(lambda: held.held() >= 1, "a cold-read worker held in pread64")
+        hot = fill(c, "hot", 1, seed=5)
+        assert fetched_values(c.request(ApiKey.FETCH, 12, fetch_request("hot", 0))) == hot
+        assert answer_incomplete(slow)
+        held.release()
+        assert fetched_values(slow.receive(timeout=120)) == produced
+        # Cached now: the same answer again, this time copied into one write.
+        assert fetched_values(slow.request(ApiKey.FETCH, 12, fetch_request("cold", 0))) == produced
+        for client in (c, slow):
             client.close()
         assert b.proc.poll() is None
     finally:
