@@ -143,6 +143,12 @@ class UpstreamFetcher:
                 # them: drop it and fetch again under the new state.
                 continue
             await self._apply(p, r)
+        if index:
+            # Let the tasks this answer woke (downstream replicas' and consumers' long
+            # polls, acks=all answers) write their responses before the next Fetch goes
+            # upstream: that write may hand this small machine's CPU to the upstream
+            # broker, and a hop's p50 rose by ~0.05 ms when it went first.
+            await trio.lowlevel.checkpoint()
 
     async def _apply(self, p, r: dict) -> None:
         err = r["error_code"]
