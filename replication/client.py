@@ -97,7 +97,9 @@ class PeerConnection:
         # The lock is almost always free (a follower's fetcher owns its connection): take it
         # without Lock.acquire's trip through the scheduler, a third of a Fetch round's
         # passes through Trio's run loop (each an epoll_wait and a reschedule). The wait for
-        # the response remains the checkpoint that lets a cancellation in.
+        # the response remains the checkpoint that lets a cancellation in; one already
+        # delivered stops the request here, before it is sent, as acquire() would.
+        await trio.lowlevel.checkpoint_if_cancelled()
         try:
             self._lock.acquire_nowait()
         except trio.WouldBlock:
