@@ -4,6 +4,8 @@ is already cancelled sends nothing (the lock is taken without a checkpoint, so t
 client checks for that itself)."""
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
+
 import trio
 
 from protocol.framing import FrameReader, encode_response, parse_request_header
@@ -43,18 +45,29 @@ async def scripted_peer(seen: list, delay: float = 0.0, task_status=trio.TASK_ST
 BODY = {"client_software_name": "t", "client_software_version": "1"}
 
 
+@asynccontextmanager
+async def connected(seen: list, delay: float = 0.0):
+    """A PeerConnection to a scripted peer, both gone at the end of the block."""
+    async with trio.open_nursery() as n:
+        port = await n.start(scripted_peer, seen, delay)
+        conn = PeerConnection("127.0.0.1", port, "t")
+        yield conn
+        await conn.aclose()
+        n.cancel_scope.cancel()
+
+
+def requests_answered(seen: list) -> list:
+    return [s for s in seen if s[0] != "bytes"]
+
+
 def test_answers_come_back_to_their_requests_on_one_connection():
     async def main():
         seen = []
-        async with trio.open_nursery() as n:
-            port = await n.start(scripted_peer, seen)
-            conn = PeerConnection("127.0.0.1", port, "t")
+        async with connected(seen) as conn:
             for _ in range(3):
                 r = await conn.request(ApiKey.API_VERSIONS, 3, BODY)
                 assert r["api_keys"][0]["max_version"] == 12
-            await conn.aclose()
-            n.cancel_scope.cancel()
-        assert len([s for s in seen if s[0] != "bytes"]) == 3
+        assert len(requests_answered(seen)) == 3
     trio.run(main)
 
 
@@ -64,18 +77,13 @@ def test_concurrent_callers_take_turns():
     async def main():
         seen = []
         answers = []
-        async with trio.open_nursery() as n:
-            port = await n.start(scripted_peer, seen, 0.05)
-            conn = PeerConnection("127.0.0.1", port, "t")
-
+        async with connected(seen, 0.05) as conn:
             async def call():
                 answers.append(await conn.request(ApiKey.API_VERSIONS, 3, BODY))
             async with trio.open_nursery() as callers:
                 callers.start_soon(call)
                 callers.start_soon(call)
-            await conn.aclose()
-            n.cancel_scope.cancel()
-        done = [s for s in seen if s[0] != "bytes"]
+        done = requests_answered(seen)
         assert len(done) == 2 and len(answers) == 2
         assert done[1][1] >= done[0][2]   # received after the first was answered
     trio.run(main)
@@ -84,9 +92,7 @@ def test_concurrent_callers_take_turns():
 def test_a_cancelled_caller_sends_nothing():
     async def main():
         seen = []
-        async with trio.open_nursery() as n:
-            port = await n.start(scripted_peer, seen)
-            conn = PeerConnection("127.0.0.1", port, "t")
+        async with connected(seen) as conn:
             await conn.request(ApiKey.API_VERSIONS, 3, BODY)   # connected
             before = list(seen)
             with trio.CancelScope() as scope:
@@ -98,6 +104,4 @@ def test_a_cancelled_caller_sends_nothing():
             # The connection is still good: the next request is answered.
             r = await conn.request(ApiKey.API_VERSIONS, 3, BODY)
             assert r["error_code"] == 0
-            await conn.aclose()
-            n.cancel_scope.cancel()
     trio.run(main)
