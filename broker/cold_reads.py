@@ -126,51 +126,49 @@ async def pread(fd: int, size: int, position: int) -> bytes:
     return await trio.to_thread.run_sync(_pread_all, fd, size, position, limiter=limiter())
 
 
-def _read_regions(regions, size: int, nowait: bool) -> bytearray | None:
-    """The regions' ``size`` bytes in one buffer; None when a segment reads short (the
-    zero-copy path then meets the short file and drops the frame). With ``nowait``,
-    BlockingIOError as soon as a page is not cached; without, plain ``pread``s (the
-    worker threads' syscall, as in read_into_page_cache)."""
+def _read_regions(regions, into: memoryview, nowait: bool) -> bool:
+    """Read the regions into ``into`` (exactly their total size); False when a segment
+    reads short (the zero-copy path then meets the short file and drops the frame). With
+    ``nowait``, BlockingIOError as soon as a page is not cached; without, plain ``pread``s
+    (the worker threads' syscall, as in read_into_page_cache)."""
     global _probe_supported
-    buf = bytearray(size)
-    view = memoryview(buf)
     at = 0
     for fd, position, n in regions:
         while n > 0:
             if nowait:
                 try:
-                    got = os.preadv(fd, [view[at:at + n]], position, _RWF_NOWAIT)
+                    got = os.preadv(fd, [into[at:at + n]], position, _RWF_NOWAIT)
                 except BlockingIOError:
                     raise
                 except OSError as e:
                     if e.errno in (errno.EOPNOTSUPP, errno.EINVAL):
                         _probe_supported = nowait = False   # as in in_page_cache
                         continue
-                    return None
+                    return False
             else:
                 try:
                     chunk = os.pread(fd, n, position)
                 except OSError:
-                    return None
+                    return False
                 got = len(chunk)
-                view[at:at + got] = chunk
+                into[at:at + got] = chunk
             if got <= 0:
-                return None
+                return False
             at += got
             position += got
             n -= got
-    return buf
+    return at == len(into)
 
 
-async def read_regions(regions, size: int) -> bytearray | None:
-    """Read a small response's record bytes into one buffer: on the loop when every page
+async def read_regions(regions, into: memoryview) -> bool:
+    """Read a small response's record bytes into its frame: on the loop when every page
     is cached (each ``preadv2(RWF_NOWAIT)`` reads as it probes), else in a worker thread.
     The worker takes the whole read, not just the rest: the kernel starts read-ahead on
     a NOWAIT miss, so probing again could find pages half read in."""
     try:
-        return _read_regions(regions, size, _probe_supported)
+        return _read_regions(regions, into, _probe_supported)
     except BlockingIOError:
-        return await trio.to_thread.run_sync(_read_regions, regions, size, False, limiter=limiter())
+        return await trio.to_thread.run_sync(_read_regions, regions, into, False, limiter=limiter())
 
 
 def chunks(position: int, size: int):

@@ -320,7 +320,7 @@ class Connection:
         records = sum(ext.size for _, ext in external)
         total = len(head) + len(payload) + records
         prefix = total.to_bytes(4, "big") + head
-        if records <= SMALL_RESPONSE_COPY and await self._send_copied(prefix, payload, external):
+        if records <= SMALL_RESPONSE_COPY and await self._send_copied(prefix, payload, external, 4 + total):
             return
         at = 0
         pending = prefix
@@ -331,19 +331,22 @@ class Connection:
             at = pos
         await self.send_bytes(payload[at:])
 
-    async def _send_copied(self, prefix: bytes, payload: bytes, external: list) -> bool:
-        """Send the whole frame in one write, the record bytes read into it (a worker
-        thread reads cold ones: cold_reads.read_regions); False, having sent nothing,
-        when a segment reads short."""
-        parts = [prefix]
-        at = 0
+    async def _send_copied(self, prefix: bytes, payload: bytes, external: list, size: int) -> bool:
+        """Send the whole ``size``-byte frame in one write, the record bytes read straight
+        into it (a worker thread reads cold ones: cold_reads.read_regions); False, having
+        sent nothing, when a segment reads short."""
+        frame_buf = bytearray(size)
+        view = memoryview(frame_buf)
+        view[:len(prefix)] = prefix
+        filled, at = len(prefix), 0
         try:
             for pos, ext in external:
-                data = await cold_reads.read_regions(ext.source.regions, ext.size)
-                if data is None:
-                    return False
-                parts.append(payload[at:pos])
-                parts.append(data)
+                piece = payload[at:pos]
+                view[filled:filled + len(piece)] = piece
+                filled += len(piece)
+                if not await cold_reads.read_regions(ext.source.regions, view[filled:filled + ext.size]):
+                    return False   # the zero-copy path sends (and releases) them instead
+                filled += ext.size
                 at = pos
         except BaseException:
             for _, ext in external:
@@ -351,8 +354,8 @@ class Connection:
             raise
         for _, ext in external:
             ext.source.release()
-        parts.append(payload[at:])
-        await self.send_bytes(b"".join(parts))
+        view[filled:] = payload[at:]
+        await self.send_bytes(frame_buf)
         return True
 
     async def send_bytes(self, data: bytes) -> None:
