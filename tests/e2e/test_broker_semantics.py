@@ -12,6 +12,8 @@ from protocol.errors import ErrorCode
 from protocol.messages import ApiKey
 from protocol.records import BatchHeader, iter_records
 
+from tests.faults.history import iter_all_records
+
 from .rawclient import RawClient, create_topic, end_offset, init_producer_id, make_batch, produce
 
 
@@ -145,15 +147,6 @@ def test_fetch_response_limit_across_partitions(broker, client):
     assert len(parts[0]["records"]) > 3000 and len(parts[1]["records"]) == 0
 
 
-def _values(records: bytes) -> list[bytes]:
-    out, pos = [], 0
-    while pos < len(records):
-        h = BatchHeader.parse(records, pos)
-        out += [r.value for r in iter_records(records[pos:pos + h.total_size])]
-        pos += h.total_size
-    return out
-
-
 @pytest.mark.parametrize("big_partition", [None, 2])
 def test_fetch_of_several_partitions_holds_each_ones_batches(broker, client, big_partition):
     """Record bytes are spliced into the response between the other fields of each
@@ -178,7 +171,7 @@ def test_fetch_of_several_partitions_holds_each_ones_batches(broker, client, big
         "session_epoch": -1, "topics": [{"topic": t, "partitions": [
             {"partition": i, "fetch_offset": 0, "partition_max_bytes": 1 << 20} for i in (2, 0, 1)]}
             for t in ("splice-b", "splice-a")]})
-    got = {(t["topic"], p["partition_index"]): _values(bytes(p["records"]))
+    got = {(t["topic"], p["partition_index"]): [r.value for r in iter_all_records(bytes(p["records"]))]
            for t in r["responses"] for p in t["partitions"]}
     assert [(t["topic"], p["partition_index"]) for t in r["responses"] for p in t["partitions"]] == \
         [(t, i) for t in ("splice-b", "splice-a") for i in (2, 0, 1)]
