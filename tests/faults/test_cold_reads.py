@@ -139,6 +139,39 @@ def deleted_segments_open(pid: int) -> list[str]:
     return out
 
 
+class HeldColdReads:
+    """A broker whose cold-read workers a test holds: ``held_fetch`` sends a Fetch on a
+    connection of its own and returns it once a worker's pread64 is held (strace attached
+    at the first call, HeldReads). Leaving the block releases the held reads, then stops
+    the broker."""
+
+    def __init__(self, tmp_path: Path, extra_args=()):
+        self.tmp_path = tmp_path
+        self.broker = BrokerProcess(tmp_path / "data", extra_args=extra_args).start()
+        self.reads: HeldReads | None = None
+
+    def held_fetch(self, topic: str, offset: int) -> RawClient:
+        if self.reads is None:
+            self.reads = HeldReads(self.broker.proc.pid, self.tmp_path / "strace.out")
+        client = RawClient(self.broker.bootstrap)
+        client.send_only(ApiKey.FETCH, 12, fetch_request(topic, offset))
+        wait_for(lambda: self.reads.held() >= 1, "a cold-read worker held in pread64")
+        return client
+
+    def release(self) -> None:
+        self.reads.release()
+
+    def __enter__(self) -> "HeldColdReads":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            if self.reads is not None:
+                self.reads.release()
+        finally:
+            self.broker.stop()
+
+
 def answer_incomplete(client: RawClient) -> bool:
     """The response frame has not fully arrived (its header may have: canopy sends the
     bytes before the records as soon as it has them)."""
@@ -185,46 +218,34 @@ def test_other_connections_are_served_while_a_cold_read_waits_for_the_disk(tmp_p
     fetch (a cached partition, and a second cold fetch that queues for a worker of its
     own) and the held fetch has sent nothing; once the read goes through, its response is
     the log as produced."""
-    b = BrokerProcess(tmp_path / "data").start()
-    held = None
-    try:
-        c = RawClient(b.bootstrap)
+    with HeldColdReads(tmp_path) as h:
+        c = RawClient(h.broker.bootstrap)
         create_topic(c, "cold", {"segment.bytes": str(2 << 20), "retention.ms": "-1"})
         create_topic(c, "hot", {"retention.ms": "-1"})
         produced = fill(c, "cold", 20, seed=2)
         evict(tmp_path / "data" / "topics" / "cold" / "0")
-        held = HeldReads(b.proc.pid, tmp_path / "strace.out")
-        slow = RawClient(b.bootstrap)
-        slow.send_only(ApiKey.FETCH, 12, fetch_request("cold", 0))
-        wait_for(lambda: held.held() >= 1, "a cold-read worker held in pread64")
-        slow2 = RawClient(b.bootstrap)
-        slow2.send_only(ApiKey.FETCH, 12, fetch_request("cold", 200))
+        slow = h.held_fetch("cold", 0)
+        slow2 = h.held_fetch("cold", 200)   # queues for a worker of its own
         # Everything else goes on: a produce and a fetch of a cached partition, each
         # answered within RawClient's 10 s, which a blocked event loop could not do.
         hot = fill(c, "hot", 3, seed=3)
         assert fetched_values(c.request(ApiKey.FETCH, 12, fetch_request("hot", 0))) == hot
         assert fill(c, "hot", 1, seed=4)
         assert answer_incomplete(slow) and answer_incomplete(slow2)
-        held.release()
+        h.release()
         assert fetched_values(slow.receive(timeout=120)) == produced
         assert fetched_values(slow2.receive(timeout=120)) == produced[200:]
         for client in (c, slow, slow2):
             client.close()
-        assert b.proc.poll() is None
-    finally:
-        if held is not None:
-            held.release()
-        b.stop()
+        assert h.broker.proc.poll() is None
 
 
 def test_a_small_fetch_of_a_cold_log_is_read_by_a_worker_too(tmp_path):
     """A response of a few KiB is copied into one write (server.py, SMALL_RESPONSE_COPY):
     its records are read on the loop only when they are in the page cache; from a cold
     log a worker thread reads them, held here while the loop serves others."""
-    b = BrokerProcess(tmp_path / "data").start()
-    held = None
-    try:
-        c = RawClient(b.bootstrap)
+    with HeldColdReads(tmp_path) as h:
+        c = RawClient(h.broker.bootstrap)
         create_topic(c, "cold", {"retention.ms": "-1"})
         create_topic(c, "hot", {"retention.ms": "-1"})
         produced = []
@@ -235,24 +256,17 @@ def test_a_small_fetch_of_a_cold_log_is_read_by_a_worker_too(tmp_path):
         evict(tmp_path / "data" / "topics" / "cold" / "0")
         time.sleep(0.5)   # the check's read-ahead has read the whole 6 KiB log back in
         drop(tmp_path / "data" / "topics" / "cold" / "0")
-        held = HeldReads(b.proc.pid, tmp_path / "strace.out")
-        slow = RawClient(b.bootstrap)
-        slow.send_only(ApiKey.FETCH, 12, fetch_request("cold", 0))
-        wait_for(lambda: held.held() >= 1, "a cold-read worker held in pread64")
+        slow = h.held_fetch("cold", 0)
         hot = fill(c, "hot", 1, seed=5)
         assert fetched_values(c.request(ApiKey.FETCH, 12, fetch_request("hot", 0))) == hot
         assert answer_incomplete(slow)
-        held.release()
+        h.release()
         assert fetched_values(slow.receive(timeout=120)) == produced
         # Cached now: the same answer again, this time copied into one write.
         assert fetched_values(slow.request(ApiKey.FETCH, 12, fetch_request("cold", 0))) == produced
         for client in (c, slow):
             client.close()
-        assert b.proc.poll() is None
-    finally:
-        if held is not None:
-            held.release()
-        b.stop()
+        assert h.broker.proc.poll() is None
 
 
 def test_segment_deleted_by_retention_during_a_cold_read(tmp_path):
@@ -261,20 +275,16 @@ def test_segment_deleted_by_retention_during_a_cold_read(tmp_path):
     was given, and the files are closed when it has been sent."""
     config = tmp_path / "canopy.toml"
     config.write_text("retention-check-interval-ms = 100\n")
-    b = BrokerProcess(tmp_path / "data", extra_args=["--config", str(config)]).start()
-    held = None
     part = tmp_path / "data" / "topics" / "cold" / "0"
-    try:
+    with HeldColdReads(tmp_path, extra_args=["--config", str(config)]) as h:
+        b = h.broker
         c = RawClient(b.bootstrap)
         create_topic(c, "cold", {"segment.bytes": str(2 << 20), "retention.ms": "-1",
                                  "retention.bytes": str(12 << 20)})
         produced = fill(c, "cold", 20, seed=5)
         segments = sorted(part.glob("*.log"))
         evict(part)
-        held = HeldReads(b.proc.pid, tmp_path / "strace.out")
-        slow = RawClient(b.bootstrap)
-        slow.send_only(ApiKey.FETCH, 12, fetch_request("cold", 0))
-        wait_for(lambda: held.held() >= 1, "a cold-read worker held in pread64")
+        slow = h.held_fetch("cold", 0)
         # More data: the log outgrows retention.bytes and its oldest segments go.
         more = fill(c, "cold", 20, seed=6)
         start = wait_for(lambda: earliest_offset(c, "cold"), "retention advanced the log start offset")
@@ -282,7 +292,7 @@ def test_segment_deleted_by_retention_during_a_cold_read(tmp_path):
         assert gone and not any(f.exists() for f in gone)
         assert deleted_segments_open(b.proc.pid), "the held fetch's segments were closed under it"
         assert answer_incomplete(slow)
-        held.release()
+        h.release()
         assert fetched_values(slow.receive(timeout=120)) == produced
         wait_for(lambda: not deleted_segments_open(b.proc.pid), "the deleted segments closed after the fetch")
         after = fetched_values(c.request(ApiKey.FETCH, 12, fetch_request("cold", start)))
@@ -290,7 +300,3 @@ def test_segment_deleted_by_retention_during_a_cold_read(tmp_path):
         for client in (c, slow):
             client.close()
         assert b.proc.poll() is None
-    finally:
-        if held is not None:
-            held.release()
-        b.stop()
