@@ -31,7 +31,6 @@ import hmac
 import logging
 from typing import Callable
 
-import scramp
 import trio
 
 from protocol.errors import ErrorCode
@@ -131,6 +130,11 @@ class _Scram:
         self.lookup = lookup
         self.username: str | None = None
         self.complete = False
+        # Imported here, not at the top: scramp pulls in asn1crypto and importlib.metadata
+        # (~50 ms of every `canopy serve` start, before any listener is bound), and only a
+        # SCRAM exchange needs it.
+        import scramp
+        self._scram_error = scramp.ScramException
         self._server = scramp.ScramMechanism(mechanism).make_server(self._auth_info)
 
     def _auth_info(self, user: str):
@@ -152,7 +156,7 @@ class _Scram:
             reply = self._client_final(text)
             self.complete = True
             return reply
-        except scramp.ScramException as e:
+        except self._scram_error as e:
             reason = str(e.args[0]) if e.args else str(e)
             code = getattr(getattr(e, "server_error", None), "value", None)
             if code == "unknown-user":
