@@ -84,6 +84,21 @@ class Cluster:
     def controller_id(self) -> int:
         return self.image.controller_id if self.enabled else self.node_id
 
+    async def elected_controller(self) -> int:
+        """The controller's node id for a client (Metadata, DescribeCluster) or a forwarded
+        request, waiting up to one lease TTL while none is elected: between a broker's
+        start and the first election (or a dead controller's lease expiring and the next
+        election) there is none. librdkafka's admin client, told controller -1, refreshes
+        metadata once and then waits for a broker state change that never comes, so a
+        CreateTopics sent right after the cluster starts would hang until its timeout.
+        An election takes milliseconds once the key is free; -1 after the wait means etcd
+        itself is unreachable."""
+        if self.enabled and self.image.controller_id < 0:
+            with trio.move_on_after(self.lease_ttl_s):
+                while self.image.controller_id < 0:
+                    await self._changed.wait()
+        return self.controller_id
+
     @property
     def is_controller(self) -> bool:
         return not self.enabled or self.controller.active
@@ -463,7 +478,7 @@ class Cluster:
     async def forward_to_controller(self, key: int, version: int, body: dict, on_error=None) -> dict:
         """Relay a request to the controller. If there is none or it is unreachable,
         ``on_error(message)`` builds the answer (NOT_CONTROLLER: clients retry later)."""
-        controller = self.image.controller_id
+        controller = await self.elected_controller()
         try:
             if controller < 0:
                 raise PeerError("no controller is elected")

@@ -22,7 +22,7 @@ async def handle(ctx, request: dict, version: int) -> dict:
         "cluster_authorized_operations": ctx.authorized_operations(ResourceType.CLUSTER)
         if request.get("include_cluster_authorized_operations") else -2147483648,
         "cluster_id": broker.config.cluster_id,
-        "controller_id": broker.controller_id,
+        "controller_id": await broker.cluster.elected_controller(),
         "brokers": [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
                     for b in broker.brokers(request_listener(ctx))],
     }

@@ -19,7 +19,9 @@ Brokers are listed with their endpoints on the listener the request arrived on (
 a client outside the brokers' network is told addresses it can reach.
 
 A single node keeps each topic's partitions encoded per version (``_partitions``); a
-cluster member builds them from the metadata image on every request.
+cluster member builds them from the metadata image on every request. While no controller
+is elected (a cluster starting), the answer waits for one rather than say controller -1,
+which leaves librdkafka's admin client waiting forever (``Cluster.elected_controller``).
 """
 import trio
 
@@ -206,12 +208,13 @@ async def _handle(ctx, request: dict, version: int, no_create: set) -> dict:
     broker = ctx.broker
     registry = broker.topics
     if broker.cluster.enabled:
+        controller = await broker.cluster.elected_controller()   # first: the wait may bring brokers too
         auto = (request.get("allow_auto_topic_creation", True) if version >= 4 else True) \
             and broker.config.auto_create_topics
         brokers = broker.brokers(request_listener(ctx))
         topics = await _cluster_handle(ctx, request, version, auto, {b["node_id"] for b in brokers}, no_create)
         return {"throttle_time_ms": 0, "brokers": brokers, "cluster_id": broker.config.cluster_id,
-                "controller_id": broker.controller_id, "topics": topics}
+                "controller_id": controller, "topics": topics}
     requested = request.get("topics")
     if version == 0 and requested == []:
         requested = None

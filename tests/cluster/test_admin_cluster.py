@@ -2,7 +2,8 @@
 broker reaches every broker through etcd and changes what each one does and shows
 (topic overrides and the cluster-wide dynamic broker default), and ElectLeaders goes
 through the controller (preferred election back to the preferred replica; unclean
-election refused while the leader lives)."""
+election refused while the leader lives). CreateTopics works from the moment a new
+cluster's first broker listens."""
 from __future__ import annotations
 
 import pytest
@@ -10,7 +11,9 @@ from confluent_kafka import ElectionType, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions,
                                    NewTopic, ResourceType)
 
+from tests.e2e.conftest import BrokerProcess
 from tests.e2e.rawclient import RawClient
+from tests.etcd_cluster import etcd_cluster  # noqa: F401  (pytest fixture: a real 3-member etcd)
 
 from .conftest import cluster_metadata, wait_for
 from .conftest import partition_metadata as metadata
@@ -190,3 +193,20 @@ def test_topics_of_more_partitions_than_an_etcd_transaction_holds(cluster3):
     for i in (0, 299, 449):
         p.produce("wide", b"v%d" % i, partition=i)
     assert p.flush(60) == 0
+
+
+def test_create_topics_sent_as_soon_as_a_new_cluster_listens(tmp_path, etcd_cluster):
+    """A broker listens before the first controller election. librdkafka's admin client,
+    told controller -1 by Metadata, refreshes metadata once and then waits for a broker
+    state change that never comes: a CreateTopics sent the moment a new cluster's broker
+    accepted connections (a compose file's topic-creating step) hung until its timeout.
+    Brokers now answer Metadata with the controller once it is elected."""
+    b = BrokerProcess(tmp_path / "node1", extra_args=["--node-id", "1"],
+                      env={"CANOPY_METADATA_STORE": etcd_cluster.endpoints})
+    b.start()   # returns as soon as the port accepts a connection
+    try:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        admin.create_topics([NewTopic("early", 1, 1)], request_timeout=30)["early"].result(40)
+        assert metadata(b.bootstrap, "early")[0][0] == 1
+    finally:
+        b.stop()
