@@ -91,8 +91,8 @@ class Cluster:
         election) there is none. librdkafka's admin client, told controller -1, refreshes
         metadata once and then waits for a broker state change that never comes, so a
         CreateTopics sent right after the cluster starts would hang until its timeout.
-        An election takes milliseconds once the key is free; -1 after the wait means etcd
-        itself is unreachable."""
+        An election takes milliseconds once the key is free; -1 after the wait means none
+        could be elected (etcd unreachable, for one)."""
         if self.enabled and self.image.controller_id < 0:
             with trio.move_on_after(self.lease_ttl_s):
                 while self.image.controller_id < 0:
