@@ -60,23 +60,34 @@ async def measure(port: int, broker: brokers.Broker, requests: int, repeat: int)
         await conn.aclose()
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--requests", type=int, default=3000)
-    ap.add_argument("--repeat", type=int, default=3)
-    args = ap.parse_args()
+def broker_with_records(workdir: Path) -> brokers.Broker:
+    """One canopy in workdir holding the ten records FETCH reads from (topic rt)."""
     from confluent_kafka import Producer
-    workdir = Path(tempfile.mkdtemp(prefix="canopy-peer-rt-"))
     broker = brokers.canopy(str(workdir / "data"), workdir / "broker.log")
     try:
         p = Producer({"bootstrap.servers": f"127.0.0.1:{broker.port}", "log_level": 0})
         for _ in range(10):
             p.produce("rt", b"x" * 100)
         assert p.flush(10) == 0, "records not acknowledged"
-        del p
-        rows = trio.run(measure, broker.port, broker, args.requests, args.repeat)
-    finally:
+    except BaseException:
         broker.stop()
+        raise
+    return broker
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--requests", type=int, default=3000)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="canopy-peer-rt-"))
+    try:
+        broker = broker_with_records(workdir)
+        try:
+            rows = trio.run(measure, broker.port, broker, args.requests, args.repeat)
+        finally:
+            broker.stop()
+    finally:
         shutil.rmtree(workdir, ignore_errors=True)
     import replication.client
     print(f"replication.client from {replication.client.__file__}")

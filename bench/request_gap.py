@@ -25,23 +25,17 @@ import tempfile
 import time
 from pathlib import Path
 
-# canopy's packages from this checkout; bench/ leaves sys.path (its replication.py would
-# shadow the package), the broker launcher is loaded by path.
-sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-sys.path.append(str(Path(__file__).resolve().parents[1]))
-_spec = importlib.util.spec_from_file_location("bench_brokers", Path(__file__).with_name("brokers.py"))
-brokers = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(brokers)
+# bench/peer_roundtrip.py, loaded by path, puts canopy's packages on sys.path (this
+# checkout's, or PYTHONPATH's) and holds the broker with its records and the one-record
+# Fetch this measures too.
+_spec = importlib.util.spec_from_file_location("bench_peer_roundtrip", Path(__file__).with_name("peer_roundtrip.py"))
+peer_roundtrip = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(peer_roundtrip)
 
 from protocol.framing import encode_request  # noqa: E402
 from protocol.messages import ApiKey  # noqa: E402
 
-FETCH = {"replica_id": -1, "max_wait_ms": 500, "min_bytes": 1, "max_bytes": 1 << 20,
-         "isolation_level": 0, "session_id": 0, "session_epoch": -1,
-         "topics": [{"topic": "rt", "partitions": [{"partition": 0, "current_leader_epoch": -1,
-                                                    "fetch_offset": 5, "last_fetched_epoch": -1,
-                                                    "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
-         "forgotten_topics_data": [], "rack_id": ""}
+FETCH = peer_roundtrip.FETCH
 REQUESTS = {
     "ApiVersions v3": encode_request(ApiKey.API_VERSIONS, 3, 1, "bench",
                                      {"client_software_name": "bench", "client_software_version": "1"}),
@@ -99,27 +93,23 @@ def main() -> int:
     ap.add_argument("--gaps", default="10,3.7", help="sleeps between requests, ms")
     args = ap.parse_args()
     gaps = [float(g) / 1000 for g in args.gaps.split(",")]
-    from confluent_kafka import Producer
     workdir = Path(tempfile.mkdtemp(prefix="canopy-request-gap-"))
-    broker = brokers.canopy(str(workdir / "data"), workdir / "broker.log")
     rows = []
     try:
-        p = Producer({"bootstrap.servers": f"127.0.0.1:{broker.port}", "log_level": 0})
-        for _ in range(10):
-            p.produce("rt", b"x" * 100)
-        assert p.flush(10) == 0, "records not acknowledged"
-        del p
-        sock = socket.create_connection(("127.0.0.1", broker.port))
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        for name, request in REQUESTS.items():
-            for _ in range(300):   # connection, codecs and caches warm
-                round_trip(sock, request)
-            row = [name, broker_cpu_per_request(sock, broker.pid, request, args.requests, 0)]
-            row += [broker_cpu_per_request(sock, broker.pid, request, args.gapped, g) for g in gaps]
-            rows.append(row)
-        sock.close()
+        broker = peer_roundtrip.broker_with_records(workdir)
+        try:
+            sock = socket.create_connection(("127.0.0.1", broker.port))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for name, request in REQUESTS.items():
+                for _ in range(300):   # connection, codecs and caches warm
+                    round_trip(sock, request)
+                row = [name, broker_cpu_per_request(sock, broker.pid, request, args.requests, 0)]
+                row += [broker_cpu_per_request(sock, broker.pid, request, args.gapped, g) for g in gaps]
+                rows.append(row)
+            sock.close()
+        finally:
+            broker.stop()
     finally:
-        broker.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     rows.append(["no broker: encode 5 Fetch requests", codec_cpu(args.requests // 5, 0)]
                 + [codec_cpu(args.gapped, g) for g in gaps])
