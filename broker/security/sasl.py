@@ -134,7 +134,6 @@ class _Scram:
         # (~50 ms of every `canopy serve` start, before any listener is bound), and only a
         # SCRAM exchange needs it.
         import scramp
-        self._scram_error = scramp.ScramException
         self._server = scramp.ScramMechanism(mechanism).make_server(self._auth_info)
 
     def _auth_info(self, user: str):
@@ -144,6 +143,7 @@ class _Scram:
         return cred.salt, cred.stored_key, cred.server_key, cred.iterations
 
     def step(self, token: bytes) -> bytes:
+        import scramp   # (loaded by __init__: a lookup in sys.modules)
         try:
             text = token.decode()
         except UnicodeDecodeError:
@@ -156,7 +156,7 @@ class _Scram:
             reply = self._client_final(text)
             self.complete = True
             return reply
-        except self._scram_error as e:
+        except scramp.ScramException as e:
             reason = str(e.args[0]) if e.args else str(e)
             code = getattr(getattr(e, "server_error", None), "value", None)
             if code == "unknown-user":
