@@ -96,6 +96,13 @@ def test_goals_table_shows_sparks_floor_beside_the_source(bench_modules):
                if r[0].startswith("7 "))
     assert row[2] == "0.18 (batch 0.24; Spark's floor: stream 0.30, batch 0.83)"
     assert row[3] == "**not met**"
+    # Spark with a source that reads no Kafka outran the consumer: the reference stalled
+    # (librdkafka's queue-full backoff), and a ratio against that stall is not judged.
+    readers["spark stream"]["ratio_to_confluent"], readers["floor stream"]["ratio_to_confluent"] = 0.87, 1.44
+    row = next(r for r in goals.goal_rows({"spark": {"readers": readers}}, _peers_report())
+               if r[0].startswith("7 "))
+    assert row[3] == "not judged: the reference stalled"
+    readers["spark stream"]["ratio_to_confluent"] = 0.18
     del readers["floor batch"], readers["floor stream"]   # results written before the floor
     row = next(r for r in goals.goal_rows({"spark": {"readers": readers}}, _peers_report())
                if r[0].startswith("7 "))
