@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import importlib.util
 import shutil
 import socket
 import statistics
@@ -25,12 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
-# bench/peer_roundtrip.py, loaded by path, puts canopy's packages on sys.path (this
-# checkout's, or PYTHONPATH's) and holds the broker with its records and the one-record
-# Fetch this measures too.
-_spec = importlib.util.spec_from_file_location("bench_peer_roundtrip", Path(__file__).with_name("peer_roundtrip.py"))
-peer_roundtrip = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(peer_roundtrip)
+# bench/peer_roundtrip.py (bench/ is sys.path[0] here) puts canopy's packages on sys.path
+# (this checkout's, or PYTHONPATH's) and holds the broker with its records and the
+# one-record Fetch this measures too.
+import peer_roundtrip  # noqa: E402
 
 from protocol.framing import encode_request  # noqa: E402
 from protocol.messages import ApiKey  # noqa: E402
