@@ -9,7 +9,8 @@ cluster, a cold page cache, Spark or repeated runs have scripts of their own. Th
 them one after another, each as its own process on this checkout:
 
   produce      item 4: W1's produce phase (1 000 000 x 1 KiB, bench/kafka_load.ck_produce)
-               five times, each on a fresh broker; broker CPU us per message, min/median/max
+               five times, each on a fresh broker and data directory; broker CPU us per
+               message, min/median/max
   replication  item 2: bench/replication.py --rounds 4 --records 200000 --warm-memory 2
   tree         item 3: bench/tree_fanout.py (7 brokers, fan-out 2 against 6; the chart)
   cold         item 5: bench/cold_read.py --gb 5 (root drops the page cache; without root
@@ -28,6 +29,7 @@ import argparse
 import json
 import os
 import statistics
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -61,7 +63,10 @@ def run_script(argv: list[str]) -> None:
 def produce(quick: bool) -> dict:
     """W1's produce phase, five times, each on a fresh canopy (the same broker settings as
     bench/run.py's W1); 2 GiB of memory warmed before each (bench/README.md, "The VM's
-    memory")."""
+    memory"). A round's data directory is removed once its broker stops, so that every
+    round finds the page cache as a single W1 does: on this VM the kernel's cost of each
+    new page-cache page grew with the earlier rounds' gigabytes left cached (0.45 -> 1.18
+    kernel-µs per message by the fifth round; a plain pwrite loop shows the same)."""
     rounds, records = (2, 100_000) if quick else (5, 1_000_000)
     per_round = []
     bar = Progress(f"W1 produce x{rounds}", rounds)
@@ -75,6 +80,7 @@ def produce(quick: bool) -> dict:
                 per_round.append(ck_produce(b, topic, records, 1024, bar))
             finally:
                 b.stop()
+            shutil.rmtree(os.path.join(tmp, f"d{i}"), ignore_errors=True)
             bar.step(1, f"round {i + 1}")
     bar.close()
     cpu = [r["broker_cpu_us_per_msg"] for r in per_round]
