@@ -11,7 +11,8 @@ whichever broker etcd elects; each topic's tree is read back from Metadata: lead
 children -> one grandchild (the compose.yaml shape). Then it measures with confluent-kafka:
 
 - produce throughput, 1 KiB records, acks=1 and acks=all (idempotence off, linger 5 ms,
-  1 MiB batches), each on its own fresh topic: the producer's msg/s (until its last
+  1 MiB batches), each on its own fresh topic, deleted once measured (Cluster.delete says
+  why): the producer's msg/s (until its last
   answer) and the replicated msg/s (until every replica's log holds every byte the
   leader's does); the ratios acks=all / acks=1 of both (issue 15's target: >= 0.9).
   With --rounds N, N pairs of phases on fresh topics in alternating order, so that the
@@ -262,6 +263,21 @@ class Cluster:
             time.sleep(0.2)
         raise SystemExit(f"{topic}: ISR never settled to leader + direct children (tree {replicas}, isr {isr})")
 
+    def delete(self, topic: str) -> None:
+        """Deletes a measured topic and waits until no broker holds its log any more, so
+        that every round starts alike: the next phase's page cache reuses its pages (on
+        this VM, writes into new page-cache pages cost several times more once a few GiB
+        of older files stay cached: bench/README.md, "The VM's memory"), and its partition
+        leaves every later replica Fetch. Kept, the rounds drifted apart (bench/README.md,
+        "Each phase's topic is deleted once measured")."""
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin.delete_topics([topic])[topic].result(15)
+        deadline = time.monotonic() + 30
+        while any((self.workdir / f"node{n}" / "topics" / topic).exists() for n in self.hosts):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{topic}: still on a broker's disk 30 s after DeleteTopics")
+            time.sleep(0.1)
+
     def stop(self) -> None:
         for p in self.procs.values():
             if p.poll() is None:
@@ -425,8 +441,10 @@ def main() -> int:
             r1 = cluster.create(f"bench-acks1{suffix}")
             ra = cluster.create(f"bench-acksall{suffix}")
             phases = [("1", f"bench-acks1{suffix}", r1), ("all", f"bench-acksall{suffix}", ra)]
-            done = {acks: produce_phase(cluster, topic, acks, args.records, args.size, reps, args.warm_memory)
-                    for acks, topic, reps in (phases if i % 2 == 0 else phases[::-1])}
+            done = {}
+            for acks, topic, reps in (phases if i % 2 == 0 else phases[::-1]):
+                done[acks] = produce_phase(cluster, topic, acks, args.records, args.size, reps, args.warm_memory)
+                cluster.delete(topic)
             rounds.append((done["1"], done["all"], {f"bench-acks1{suffix}": r1, f"bench-acksall{suffix}": ra}))
             if args.rounds > 1:
                 print(f"round {i + 1} ({'acks=1' if i % 2 == 0 else 'acks=all'} first): replicated msg/s "
