@@ -12,9 +12,9 @@ children -> one grandchild (the compose.yaml shape). Then it measures with confl
 
 - produce throughput, 1 KiB records, acks=1 and acks=all (idempotence off, linger 5 ms,
   1 MiB batches), each on its own fresh topic, deleted once measured (Cluster.delete says
-  why): the producer's msg/s (until its last
-  answer) and the replicated msg/s (until every replica's log holds every byte the
-  leader's does); the ratios acks=all / acks=1 of both (issue 15's target: >= 0.9).
+  why): the producer's msg/s (until its last answer) and the replicated msg/s (until
+  every replica's log holds every byte the leader's does); the ratios acks=all / acks=1
+  of both (issue 15's target: >= 0.9).
   With --rounds N, N pairs of phases on fresh topics in alternating order, so that the
   order of the phases cannot decide the ratio (bench/README.md: it does not); the round
   with the median ratio is the one shown.
