@@ -263,6 +263,10 @@ class Cluster:
             time.sleep(0.2)
         raise SystemExit(f"{topic}: ISR never settled to leader + direct children (tree {replicas}, isr {isr})")
 
+    def topic_dir(self, node: int, topic: str) -> Path:
+        """Where broker ``node`` keeps ``topic`` (canopy's layout: data_dir/topics/<topic>)."""
+        return self.workdir / f"node{node}" / "topics" / topic
+
     def delete(self, topic: str) -> None:
         """Deletes a measured topic and waits until no broker holds its log any more, so
         that every round starts alike: the next phase's page cache reuses its pages (on
@@ -273,7 +277,7 @@ class Cluster:
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         admin.delete_topics([topic])[topic].result(15)
         deadline = time.monotonic() + 30
-        while any((self.workdir / f"node{n}" / "topics" / topic).exists() for n in self.hosts):
+        while any(self.topic_dir(n, topic).exists() for n in self.hosts):
             if time.monotonic() > deadline:
                 raise SystemExit(f"{topic}: still on a broker's disk 30 s after DeleteTopics")
             time.sleep(0.1)
@@ -289,7 +293,7 @@ class Cluster:
 
 
 def log_bytes(cluster: Cluster, node: int, topic: str) -> int:
-    d = cluster.workdir / f"node{node}" / "topics" / topic / "0"
+    d = cluster.topic_dir(node, topic) / "0"
     try:
         return sum(f.stat().st_size for f in d.glob("*.log"))
     except FileNotFoundError:   # a segment deleted between glob and stat: none are here
