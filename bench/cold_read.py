@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
 import brokers  # noqa: E402
+import cpu_times  # noqa: E402
 from kafka_load import _w5_fill, drop_caches, high_watermark, make_topic, pct  # noqa: E402
 from progress import Progress  # noqa: E402
 
@@ -139,11 +140,13 @@ class LoopThread:
     """The broker's event loop is its main thread: /proc/<pid>/task/<pid>/schedstat says
     how long it ran on a CPU and how long it waited, runnable, for one (run delay). A loop
     that the disk stalls shows neither; one starved of CPU by the machine's load shows
-    the run delay."""
+    the run delay. Beside it, the whole machine's split of CPU time over the same blocks
+    (bench/cpu_times.py), which shows how much of it the host took (steal)."""
 
     def __init__(self, pid: int) -> None:
         self.path = f"/proc/{pid}/task/{pid}/schedstat"
         self.acc: dict = {}
+        self.machine: dict = {}   # what -> the whole machine's CPU ticks (cpu_times)
 
     def _read(self) -> tuple[int, int]:
         with open(self.path) as f:
@@ -153,18 +156,26 @@ class LoopThread:
     @contextmanager
     def measure(self, what: str):
         c0, w0 = self._read()
+        m0 = cpu_times.read()
         t0 = time.perf_counter_ns()
         yield
         c1, w1 = self._read()
+        m1 = cpu_times.read()
         a = self.acc.setdefault(what, [0, 0, 0])
         a[0] += time.perf_counter_ns() - t0
         a[1] += c1 - c0
         a[2] += w1 - w0
+        if m0 is not None and m1 is not None:
+            m = self.machine.setdefault(what, [0] * len(m0))
+            for i, (x, y) in enumerate(zip(m0, m1)):
+                m[i] += y - x
 
     def report(self, what: str) -> dict:
         wall, on_cpu, waiting = self.acc.get(what, (0, 0, 0))
+        ticks = self.machine.get(what)
         return {"loop_on_cpu_pct": round(100 * on_cpu / max(wall, 1), 1),
-                "loop_waiting_for_cpu_pct": round(100 * waiting / max(wall, 1), 1)}
+                "loop_waiting_for_cpu_pct": round(100 * waiting / max(wall, 1), 1),
+                "machine": cpu_times.shares((0,) * len(ticks), ticks) if ticks else {}}
 
 
 def with_reader(b: brokers.Broker, rt: RoundTrips, end: int, min_samples: int, bar: Progress,
@@ -386,7 +397,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    {k:<16} {c['reading']['p99_us']:>8} / {c['paused']['p99_us']:>8} ({c['p99_ratio']:>5})"
                   f"  reader {c['reader']['mb_per_s']} MB/s{cold}; loop waiting for a CPU "
                   f"{c['reading']['loop_waiting_for_cpu_pct']} / {c['paused']['loop_waiting_for_cpu_pct']} %, "
-                  f"waiting for the disk (D) {c['loop_thread_states_pct'].get('D', 0)} % of samples")
+                  f"waiting for the disk (D) {c['loop_thread_states_pct'].get('D', 0)} % of samples; "
+                  f"vCPU time stolen by the host {c['reading']['machine'].get('steal_pct', '?')} / "
+                  f"{c['paused']['machine'].get('steal_pct', '?')} %")
             for stack, count in c["loop_disk_wait_stacks"][:2]:
                 print(f"      D x{count}: {stack}")
     if args.out:

@@ -20,7 +20,8 @@ them one after another, each as its own process on this checkout:
 then reads items 1 and 6 (W5 restart, W4 create) from bench/run.py's JSON of the same
 `make bench` (--peers-json; default: the newest bench/results/<stamp>.json), and writes
 bench/results/goals-<stamp>.md and .json: one row per goal with the figure measured in this
-run, the goal and whether it was met. A workload that fails is reported as failed and the
+run, the goal and whether it was met, and how the machine's vCPU time was split while each
+workload ran (bench/cpu_times.py: busy, iowait, and steal, the time the host took). A workload that fails is reported as failed and the
 others still run; the exit status is then 1.
 """
 from __future__ import annotations
@@ -40,6 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import brokers  # noqa: E402
+import cpu_times  # noqa: E402
 from kafka_load import ck_produce, make_topic  # noqa: E402
 from progress import Progress  # noqa: E402
 from report import get  # noqa: E402
@@ -262,11 +264,14 @@ def main() -> int:
                          cwd=ROOT).stdout.strip()
     measured: dict = {}
     for name in only:
+        machine: dict = {}
         try:
-            measured[name] = measure(name, args.quick, time.time())
+            with cpu_times.measured(machine):
+                measured[name] = measure(name, args.quick, time.time())
         except Exception as e:   # noqa: BLE001 - one workload's failure must not hide the others
             print(f"{name} failed: {e}", file=sys.stderr, flush=True)
             measured[name] = {"error": f"failed: {e}"}
+        measured[name]["machine"] = machine
     peers_path = args.peers_json or max((p for p in RESULTS.glob("2*.json")), default=None,
                                         key=lambda p: p.stat().st_mtime)
     peers = json.loads(peers_path.read_text()) if peers_path and peers_path.exists() else None
@@ -282,6 +287,10 @@ def main() -> int:
           "| item | goal | measured in this run | |",
           "|---|---|---|---|"]
     md += ["| " + " | ".join(r) + " |" for r in rows]
+    shares = {k: cpu_times.describe(v["machine"]) for k, v in measured.items() if v.get("machine")}
+    if shares:
+        md += ["", f"The {os.cpu_count()} vCPUs' time while each workload ran (bench/cpu_times.py; steal is "
+               "time the host ran something else): " + "; ".join(f"{k} {v}" for k, v in shares.items()) + "."]
     files = {k: v["results_file"] for k, v in measured.items() if "results_file" in v}
     if files:
         md += ["", "Results files: " + ", ".join(f"{k} `{v}`" for k, v in files.items()) + "."]

@@ -107,3 +107,19 @@ def test_goals_table_shows_sparks_floor_beside_the_source(bench_modules):
     row = next(r for r in goals.goal_rows({"spark": {"readers": readers}}, _peers_report())
                if r[0].startswith("7 "))
     assert row[2] == "0.18 (batch 0.24)"
+
+
+def test_cpu_times_splits_the_machines_ticks(bench_modules):
+    """The goals report prints each workload's share of stolen vCPU time beside its
+    figures; a wrong field from /proc/stat would blame the host for the wrong time."""
+    import cpu_times
+    #         user nice system idle iowait irq softirq steal
+    before = (100, 0, 50, 1000, 10, 0, 0, 5)
+    after = (160, 5, 70, 1090, 20, 2, 3, 15)   # of 200 ticks: 60+5+20+2+3 busy, 90 idle, 10 iowait, 10 steal
+    s = cpu_times.shares(before, after)
+    assert s == {"busy_pct": 45.0, "iowait_pct": 5.0, "steal_pct": 5.0, "idle_pct": 45.0}
+    assert cpu_times.describe(s) == "busy 45 %, iowait 5 %, steal 5 %"
+    assert cpu_times.shares(None, after) == {} and cpu_times.shares(after, after) == {}
+    assert cpu_times.describe({}) == ""
+    now = cpu_times.read()
+    assert now is not None and len(now) == 8
