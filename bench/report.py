@@ -204,6 +204,11 @@ def markdown(rep: dict, stamp: str) -> str:
                              ("offsets_for_times_seconds", "first offsets-for-times answer s"),
                              ("first_fetch_seconds", "first deep fetch answer s")):
                 rows.append([f"{label}: {fig}"] + [sizes[c][case][key] for c in cols])
+            # the disk's answer time just before this start (older results lack it)
+            disk = [sizes[c][case].get("disk_read_ms") for c in cols]
+            if any(disk):
+                rows.append([f"{label}: disk 4 KiB read before start, median / max ms"]
+                            + [f"{d['median']} / {d['max']}" if d else "-" for d in disk])
         rows.append(["peak RSS MB (clean restart, after the full read)"]
                     + [sizes[c].get("peak_rss_mb") for c in cols])
         first = cols[0]

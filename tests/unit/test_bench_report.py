@@ -27,7 +27,8 @@ def _w3(msg_per_s: float) -> dict:
 
 
 def _w5_case(first_fetch: float) -> dict:
-    return {"listening_seconds": 0.2, "offsets_for_times_seconds": 0.3, "first_fetch_seconds": first_fetch}
+    return {"listening_seconds": 0.2, "offsets_for_times_seconds": 0.3, "first_fetch_seconds": first_fetch,
+            "disk_read_ms": {"median": 0.12, "max": 3.5}}
 
 
 def _peers_report() -> dict:
@@ -59,6 +60,8 @@ def test_report_renders_w3_beside_w5(bench_modules):
     assert "W3 durability cost" in md and "W5 restart" in md
     assert "| 0.80 |" in md            # W3: flush=always / async msg/s
     assert "1.25 / 1.25 / 1.00" in md  # W5: first fetch vs the smallest log, per case
+    assert "| SIGKILL (last roll's snapshot + tail): disk 4 KiB read before start, median / max ms | " \
+        "0.12 / 3.5 |" in md
 
 
 def test_goals_table_from_each_workloads_results(bench_modules):
