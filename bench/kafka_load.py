@@ -5,7 +5,9 @@ of the broker's process tree from /proc/<pid>/stat, 10 ms ticks), peak_rss_mb (V
 """
 from __future__ import annotations
 
+import mmap
 import os
+import random
 import socket
 import statistics
 import struct
@@ -625,18 +627,18 @@ def disk_read_ms(path: Path, reads: int = 16) -> dict | None:
     answers at this moment. On this VM that varies with what the host is doing (writing
     back what the guest just wrote, other guests); a restart from a dropped page cache
     reads Python and canopy from that disk. None where O_DIRECT is refused."""
-    import mmap
-    import random
-    size = path.stat().st_size // 4096
-    if size == 0:
-        return None
-    buf = mmap.mmap(-1, 4096)   # page-aligned, as O_DIRECT requires
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
     except OSError:
         return None
+    buf = mmap.mmap(-1, 4096)   # page-aligned, as O_DIRECT requires
     times = []
     try:
+        # Only the written part: an active segment's tail is sparse or reserved ahead
+        # (storage/segment.py), and a read there returns zeros without asking the disk.
+        size = os.lseek(fd, 0, os.SEEK_HOLE) // 4096
+        if size == 0:
+            return None
         for _ in range(reads):
             at = random.randrange(size) * 4096
             t = time.perf_counter()
@@ -647,7 +649,7 @@ def disk_read_ms(path: Path, reads: int = 16) -> dict | None:
     finally:
         os.close(fd)
         buf.close()
-    return {"median": round(statistics.median(times), 2), "max": round(max(times), 2)}
+    return {"median": round(statistics.median(times), 3), "max": round(max(times), 3)}
 
 
 def _w5_restart(tmp: str, log, topic: str, parts: int, per_part: int, t0_ms: int,
