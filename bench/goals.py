@@ -21,8 +21,9 @@ then reads items 1 and 6 (W5 restart, W4 create) from bench/run.py's JSON of the
 `make bench` (--peers-json; default: the newest bench/results/<stamp>.json), and writes
 bench/results/goals-<stamp>.md and .json: one row per goal with the figure measured in this
 run, the goal and whether it was met, and how the machine's vCPU time was split while each
-workload ran (bench/cpu_times.py: busy, iowait, and steal, the time the host took). A workload that fails is reported as failed and the
-others still run; the exit status is then 1.
+workload ran (bench/cpu_times.py: busy, iowait, and steal, the time the host took). A
+workload that fails is reported as failed and the others still run; the exit status is
+then 1.
 """
 from __future__ import annotations
 
