@@ -65,6 +65,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(ROOT / "bench"))
 from replication.tree import children_of, parent_of, render  # noqa: E402
 
+import cpu_times  # noqa: E402
 from brokers import load_module  # noqa: E402
 
 repl_bench = load_module(ROOT / "bench" / "replication.py", "bench_replication")
@@ -97,14 +98,6 @@ def topic_metrics(cluster, node: int, topic: str) -> dict[str, float]:
     for api, v in _REQUESTS.findall(text):
         out[f"requests:{api}"] = float(v)
     return out
-
-
-def machine_cpu() -> tuple[float, float]:
-    """(busy, total) jiffies of the whole machine from /proc/stat: was it saturated?"""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    idle = v[3] + v[4]   # idle + iowait
-    return sum(v) - idle, sum(v)
 
 
 class EgressCounter:
@@ -202,7 +195,7 @@ class Snapshot:
         self.cpu = cluster.cpu()
         self.metrics = {n: topic_metrics(cluster, n, topic) for n in cluster.hosts}
         self.wire = egress.bytes()
-        self.machine = machine_cpu()
+        self.machine = cpu_times.read()   # was the machine saturated?
         self.leader = leader
 
     def delta(self, before: "Snapshot", size_hint: int = 0) -> dict:
@@ -214,7 +207,9 @@ class Snapshot:
         cpu = {n: self.cpu[n] - before.cpu[n] for n in self.cpu}
         wire = self.wire - before.wire if self.wire is not None and before.wire is not None else None
         mb = produced / 1e6 if produced else float("nan")
-        busy = (self.machine[0] - before.machine[0]) / max(1, self.machine[1] - before.machine[1])
+        shares = cpu_times.shares(before.machine, self.machine)
+        # busy: neither idle nor waiting for the disk (time the host stole counts as busy)
+        busy = (100 - shares["idle_pct"] - shares["iowait_pct"]) / 100 if shares else float("nan")
         requests = {k.split(":", 1)[1]: d(lead, k) for k in self.metrics[lead] if k.startswith("requests:")}
         return {
             "seconds": self.t - before.t,
