@@ -146,7 +146,7 @@ class LoopThread:
     def __init__(self, pid: int) -> None:
         self.path = f"/proc/{pid}/task/{pid}/schedstat"
         self.acc: dict = {}
-        self.machine: dict = {}   # what -> the whole machine's CPU ticks (cpu_times)
+        self.machine: dict = {}   # what -> the whole machine's CPU ticks over its blocks (cpu_times)
 
     def _read(self) -> tuple[int, int]:
         with open(self.path) as f:
@@ -165,17 +165,15 @@ class LoopThread:
         a[0] += time.perf_counter_ns() - t0
         a[1] += c1 - c0
         a[2] += w1 - w0
-        if m0 is not None and m1 is not None:
-            m = self.machine.setdefault(what, [0] * len(m0))
-            for i, (x, y) in enumerate(zip(m0, m1)):
-                m[i] += y - x
+        ticks = cpu_times.delta(m0, m1)
+        if ticks is not None:
+            self.machine[what] = tuple(map(sum, zip(self.machine.get(what, (0,) * len(ticks)), ticks)))
 
     def report(self, what: str) -> dict:
         wall, on_cpu, waiting = self.acc.get(what, (0, 0, 0))
-        ticks = self.machine.get(what)
         return {"loop_on_cpu_pct": round(100 * on_cpu / max(wall, 1), 1),
                 "loop_waiting_for_cpu_pct": round(100 * waiting / max(wall, 1), 1),
-                "machine": cpu_times.shares((0,) * len(ticks), ticks) if ticks else {}}
+                "machine": cpu_times.split(self.machine.get(what))}
 
 
 def with_reader(b: brokers.Broker, rt: RoundTrips, end: int, min_samples: int, bar: Progress,

@@ -26,13 +26,24 @@ def read() -> tuple[int, ...] | None:
     return tuple(int(x) for x in fields[1:9])
 
 
-def shares(before: tuple[int, ...] | None, after: tuple[int, ...] | None) -> dict:
-    """Percent of all vCPUs' time between two ``read()``s: busy (user, system and
-    interrupts), waiting for the disk with nothing else to run (iowait), taken by the host
-    (steal), idle. Empty when either reading is missing."""
+def delta(before: tuple[int, ...] | None, after: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """The ticks spent between two ``read()``s; None when either reading is missing."""
     if before is None or after is None:
+        return None
+    return tuple(b - a for a, b in zip(before, after))
+
+
+def shares(before: tuple[int, ...] | None, after: tuple[int, ...] | None) -> dict:
+    """Percent of all vCPUs' time between two ``read()``s (see ``split``)."""
+    return split(delta(before, after))
+
+
+def split(d: tuple[int, ...] | None) -> dict:
+    """Percent of the vCPUs' time in ``d`` (a ``delta``, or a sum of them): busy (user,
+    system and interrupts), waiting for the disk with nothing else to run (iowait), taken
+    by the host (steal), idle. Empty for no ticks."""
+    if d is None:
         return {}
-    d = [b - a for a, b in zip(before, after)]
     total = sum(d)
     if total <= 0:
         return {}
