@@ -70,8 +70,9 @@ def _reader(bootstrap: str, end: int, q) -> None:
     """Child process: read `cold` partition 0 from offset 0 up to `end`; report bytes,
     records and seconds. Its own process at the machine's lowest priority, looking at one
     record per batch of up to 10 000, with a 256 KiB socket receive buffer: on 2 vCPUs its
-    own work (record parsing, and receiving, which this PREEMPT_NONE kernel does not
-    preempt) would otherwise take the CPU the producer and the broker need, and what is
+    own work would otherwise take the CPU the producer and the broker need (its record
+    parsing; and its receiving, since a kernel built PREEMPT_NONE, as this VM's is, lets
+    a recvmsg copying megabytes keep its CPU whatever its priority), and what is
     measured is what the broker's work for it costs everyone else."""
     _lowest_priority()
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"cold-{uuid.uuid4().hex[:6]}",
