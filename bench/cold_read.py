@@ -46,8 +46,9 @@ from progress import Progress  # noqa: E402
 RT_PAYLOAD = b"x" * 100
 
 
-# The reader's socket reads: each recvmsg copies at most this much while it holds a vCPU
-# (bench/README.md, "Who holds the CPU while a reader runs").
+# The reader's socket receive buffer: each recvmsg copies at most this much. A kernel built
+# PREEMPT_NONE (this VM's) lets a recvmsg copying megabytes keep its vCPU whatever the
+# thread's priority (bench/README.md, "Who holds the CPU while a reader runs").
 READER_RCVBUF = 256 * 1024
 
 
@@ -69,11 +70,9 @@ def _lowest_priority() -> None:
 def _reader(bootstrap: str, end: int, q) -> None:
     """Child process: read `cold` partition 0 from offset 0 up to `end`; report bytes,
     records and seconds. Its own process at the machine's lowest priority, looking at one
-    record per batch of up to 10 000, with a 256 KiB socket receive buffer: on 2 vCPUs its
-    own work would otherwise take the CPU the producer and the broker need (its record
-    parsing; and its receiving, since a kernel built PREEMPT_NONE, as this VM's is, lets
-    a recvmsg copying megabytes keep its CPU whatever its priority), and what is
-    measured is what the broker's work for it costs everyone else."""
+    record per batch of up to 10 000, receiving in READER_RCVBUF reads: on 2 vCPUs its own
+    parsing and receiving would otherwise take the CPU the producer and the broker need,
+    and what is measured is what the broker's work for it costs everyone else."""
     _lowest_priority()
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"cold-{uuid.uuid4().hex[:6]}",
                   "enable.auto.commit": False, "auto.offset.reset": "error",
