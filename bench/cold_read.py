@@ -8,14 +8,22 @@ with the same consumer reading the log again, now from the page cache (what the 
 CPU alone costs on this 2-vCPU machine). The figure is producer p99 with the cold reader
 over p99 alone, measured in one run; goal <= 2.
 
+Two readers take turns (--readers): a confluent-kafka consumer (the stock client; the
+goal is judged with it) and a minimal Fetch loop whose own work is little more than
+copying the responses out of its socket (what the broker's work alone costs the
+producer). Each runs in a cpu cgroup with cpu.idle = 1 where root can make one, else at
+the lowest priority its session can have.
+
 The log is filled once; each --code NAME=PATH (default: this checkout) then runs the
 phases on its own broker process started with PYTHONPATH=PATH on that same data
 directory, so several revisions (git worktrees) compare in one run on one log.
 
-    .venv/bin/python bench/cold_read.py [--gb 5] [--dir /var/tmp] [--code main=/work/main --code head=.]
+    .venv/bin/python bench/cold_read.py [--gb 5] [--dir /var/tmp] [--readers consumer,fetch]
+        [--code main=/work/main --code head=.]
 
-Needs root to drop the page cache (`echo 3 > /proc/sys/vm/drop_caches`); without it the
-report says so and the "cold" reader is not cold.
+Needs root to drop the page cache (`echo 3 > /proc/sys/vm/drop_caches`) and to make the
+idle cgroup; without it the report says so, the "cold" reader is not cold, and each
+reader's result names the isolation it had.
 """
 from __future__ import annotations
 
@@ -25,6 +33,7 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -46,18 +55,81 @@ from progress import Progress  # noqa: E402
 RT_PAYLOAD = b"x" * 100
 
 
-# The reader's socket receive buffer: each recvmsg copies at most this much. A kernel built
-# PREEMPT_NONE (this VM's) lets a recvmsg copying megabytes keep its vCPU whatever the
-# thread's priority (bench/README.md, "Who holds the CPU while a reader runs").
+# The readers' socket receive buffer. A kernel built PREEMPT_NONE (this VM's) lets a
+# thread inside a system call keep its vCPU until the call returns, whatever its priority;
+# this bounds how much librdkafka has to copy per recvmsg (bench/README.md, "Who holds the
+# CPU while a reader runs").
 READER_RCVBUF = 256 * 1024
+# The minimal Fetch reader's bytes per recv_into: at most ~10 µs of copying per call, so
+# a waking producer or event loop takes the vCPU back within that.
+FETCH_READER_PIECE = 64 * 1024
+FETCH_VERSION = 4   # no fetch sessions, no tagged fields: a plain catch-up Fetch
+IDLE_CGROUP_PREFIX = "canopy-bench-reader-"
+# The readers, by result key prefix: a stock client, and one whose own work is only the
+# Fetch requests and the copying of the responses (the broker's work for a catch-up reader,
+# with as little of the reader's as possible on the same two vCPUs).
+READERS = {"consumer": "", "fetch": "fetch_"}
 
 
-def _lowest_priority() -> None:
-    """Put this process below everything else on the machine. Linux's autogroups share the
-    CPU between sessions before nice ranks tasks within one, so nice 19 alone ranked the
-    reader only against the bench's own producer: a session of its own, that session's
-    group at nice 19, and SCHED_IDLE for its threads (librdkafka's inherit it), which a
-    waking normal task preempts."""
+def _cpu_cgroup_mounts() -> list[str]:
+    """Where the cpu controller's hierarchies are mounted (cgroup v1 `cpu`, or v2 with
+    `cpu` enabled for children of its root)."""
+    out = []
+    try:
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                _dev, where, fstype, opts = line.split()[:4]
+                if fstype == "cgroup" and "cpu" in opts.split(","):
+                    out.append(where)
+                elif fstype == "cgroup2" and "cpu" in Path(where, "cgroup.subtree_control").read_text().split():
+                    out.append(where)
+    except OSError:
+        pass
+    return out
+
+
+def idle_cgroup() -> str | None:
+    """A new cpu cgroup with cpu.idle = 1 (Linux 5.15+) for the reader, or None where
+    there is none to make (not root, no cpu controller). Linux's autogroups share the CPU
+    between sessions before a task's own policy counts, so SCHED_IDLE or nice inside the
+    reader's session did not keep it from delaying the producer's wake-ups; an idle group
+    is preempted by any other group's waking task, as a SCHED_IDLE task is by its peers."""
+    for where in _cpu_cgroup_mounts():
+        path = os.path.join(where, f"{IDLE_CGROUP_PREFIX}{os.getpid()}")
+        try:
+            os.makedirs(path, exist_ok=True)
+            Path(path, "cpu.idle").write_text("1")
+            return path
+        except OSError:
+            remove_cgroup(path)
+    return None
+
+
+def remove_cgroup(path: str | None) -> None:
+    if path:
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass   # still has a task (or never made); the next run's sweep removes it
+
+
+def sweep_cgroups() -> None:
+    """Remove the idle cgroups an earlier, killed run left behind (only empty ones go)."""
+    for where in _cpu_cgroup_mounts():
+        for path in Path(where).glob(IDLE_CGROUP_PREFIX + "*"):
+            remove_cgroup(str(path))
+
+
+def _lowest_priority(cgroup: str | None) -> str:
+    """Put this process below everything else on the machine: into the idle cgroup when
+    there is one, else a session of its own whose autogroup runs at nice 19, with
+    SCHED_IDLE for its threads (librdkafka's inherit it). Returns which."""
+    if cgroup:
+        try:
+            Path(cgroup, "cgroup.procs").write_text(str(os.getpid()))
+            return "cgroup cpu.idle"
+        except OSError:
+            pass
     os.setsid()
     try:
         with open("/proc/self/autogroup", "w") as f:
@@ -65,15 +137,16 @@ def _lowest_priority() -> None:
     except OSError:
         pass   # a kernel without autogroups: SCHED_IDLE alone does it
     os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    return "own autogroup at nice 19, SCHED_IDLE"
 
 
-def _reader(bootstrap: str, end: int, q) -> None:
-    """Child process: read `cold` partition 0 from offset 0 up to `end`; report bytes,
-    records and seconds. Its own process at the machine's lowest priority, looking at one
-    record per batch of up to 10 000, receiving in READER_RCVBUF reads: on 2 vCPUs its own
-    parsing and receiving would otherwise take the CPU the producer and the broker need,
-    and what is measured is what the broker's work for it costs everyone else."""
-    _lowest_priority()
+def _reader(bootstrap: str, end: int, q, cgroup: str | None) -> None:
+    """Child process: read `cold` partition 0 from offset 0 up to `end` with confluent-kafka;
+    report bytes, records and seconds. Its own process at the machine's lowest priority,
+    looking at one record per batch of up to 10 000: on 2 vCPUs its own parsing and
+    receiving would otherwise take the CPU the producer and the broker need, and what is
+    measured is what the broker's work for it costs everyone else."""
+    how = _lowest_priority(cgroup)
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"cold-{uuid.uuid4().hex[:6]}",
                   "enable.auto.commit": False, "auto.offset.reset": "error",
                   "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760,
@@ -99,7 +172,75 @@ def _reader(bootstrap: str, end: int, q) -> None:
             n += len(msgs)
     finally:
         c.close()
-    q.put({"records": n, "bytes": n * (size or 0), "seconds": round(time.perf_counter() - t0, 2)})
+    q.put({"records": n, "bytes": n * (size or 0), "seconds": round(time.perf_counter() - t0, 2),
+           "isolation": how})
+
+
+def _fetch_reader(bootstrap: str, end: int, q, cgroup: str | None) -> None:
+    """Child process: the same catch-up read as _reader, as plain Fetch requests (v4, one
+    partition, 10 MiB per response as _reader asks for) encoded with canopy's protocol/
+    codec; each response is received in FETCH_READER_PIECE pieces and only its batch
+    headers are looked at (contiguous offsets, checked). Bytes are record-batch bytes."""
+    how = _lowest_priority(cgroup)
+    sys.path.insert(0, str(ROOT))
+    import socket
+
+    from protocol.framing import encode_request
+    from protocol.messages import ApiKey, api
+    from protocol.records import BATCH_HEADER_SIZE, BatchHeader
+    fetch = api(ApiKey.FETCH)
+    header_size = 4 if fetch.response_header_version(FETCH_VERSION) == 0 else 5
+    host, port = bootstrap.rsplit(":", 1)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, READER_RCVBUF)   # before connect: the window
+    sock.connect((host, int(port)))
+    buf = bytearray(16 << 20)
+
+    def receive(n: int) -> memoryview:
+        nonlocal buf
+        if n > len(buf):
+            buf = bytearray(n)
+        view, got = memoryview(buf), 0
+        while got < n:
+            k = sock.recv_into(view[got:min(n, got + FETCH_READER_PIECE)])
+            if k == 0:
+                raise RuntimeError("fetch reader: broker closed the connection")
+            got += k
+        return view[:n]
+
+    t0 = time.perf_counter()
+    offset = received = correlation = 0
+    started = False
+    deadline = time.monotonic() + 1800
+    try:
+        while offset < end and time.monotonic() < deadline:
+            correlation += 1
+            sock.sendall(encode_request(ApiKey.FETCH, FETCH_VERSION, correlation, "bench-cold-reader", {
+                "replica_id": -1, "max_wait_ms": 500, "min_bytes": 1, "max_bytes": 52428800,
+                "isolation_level": 0, "topics": [{"topic": "cold", "partitions": [
+                    {"partition": 0, "fetch_offset": offset, "partition_max_bytes": 10485760}]}]}))
+            (size,) = struct.unpack(">i", receive(4))
+            resp = fetch.response.decode(receive(size)[header_size:], FETCH_VERSION)
+            part = resp["responses"][0]["partitions"][0]
+            if part["error_code"]:
+                raise RuntimeError(f"fetch reader: error code {part['error_code']} at offset {offset}")
+            records, pos = part["records"] or b"", 0
+            while pos + BATCH_HEADER_SIZE <= len(records):
+                h = BatchHeader.parse(records, pos)
+                if pos + h.total_size > len(records):
+                    break   # a partial batch at the end of the response (Kafka allows it)
+                if h.base_offset > offset or h.next_offset <= offset:
+                    raise RuntimeError(f"fetch reader: batch {h.base_offset}..{h.next_offset - 1} at offset {offset}")
+                received += h.total_size
+                offset = h.next_offset
+                pos += h.total_size
+            if offset and not started:
+                started = True
+                q.put("started")
+    finally:
+        sock.close()
+    q.put({"records": offset, "bytes": received, "seconds": round(time.perf_counter() - t0, 2),
+           "isolation": how})
 
 
 class RoundTrips:
@@ -200,14 +341,17 @@ class LoopThread:
 
 
 def with_reader(b: brokers.Broker, rt: RoundTrips, end: int, min_samples: int, bar: Progress,
-                label: str) -> dict:
-    """Round trips for as long as the reader reads, in blocks of BLOCK: one block while
-    the reader runs, the next with the reader stopped (SIGSTOP; its log stays as cold as it
-    was), and so on. Both sets of samples see the same background load (other sessions'
-    test suites share this machine and move absolute figures several-fold between runs)."""
+                label: str, kind: str = "consumer") -> dict:
+    """Round trips for as long as the reader (`kind`: see READERS) reads, in blocks of
+    BLOCK: one block while the reader runs, the next with the reader stopped (SIGSTOP; its
+    log stays as cold as it was), and so on. Both sets of samples see the same background
+    load (other sessions' test suites share this machine and move absolute figures
+    several-fold between runs)."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    child = ctx.Process(target=_reader, args=(b.bootstrap, end, q), daemon=True)
+    cgroup = idle_cgroup()
+    child = ctx.Process(target=_fetch_reader if kind == "fetch" else _reader,
+                        args=(b.bootstrap, end, q, cgroup), daemon=True)
     cpu0 = b.cpu()
     child.start()
     busy: list[int] = []
@@ -244,6 +388,7 @@ def with_reader(b: brokers.Broker, rt: RoundTrips, end: int, min_samples: int, b
             os.kill(child.pid, signal.SIGCONT)
             child.kill()
             child.join()
+        remove_cgroup(cgroup)
     if rt.errors:
         raise RuntimeError(f"round trips: {rt.errors[:3]}")
     if not isinstance(done, dict) or done["records"] != end:
@@ -311,20 +456,22 @@ def evict_log(data: str) -> bool:
 MODES = ("log", "all")
 
 
-def run_code(name: str, code: str, data: str, logdir: Path, end: int, n: int, modes) -> dict:
+def run_code(name: str, code: str, data: str, logdir: Path, end: int, n: int, modes, readers) -> dict:
     bar = Progress(f"cold read [{name}]", 1)
     b = start_canopy(data, logdir / f"canopy-{name}.log", code)
     try:
         rt = RoundTrips(b.bootstrap)
         rt.run(200)
         out = {"code": code, "rev": git_rev(code), "loadavg_start": os.getloadavg()[0]}
-        for mode in modes:
-            out[f"cache_dropped_{mode}"] = drop_caches() if mode == "all" else evict_log(data)
-            rt.run(200)   # the round-trip path warm again (broker code, `rt`'s pages)
-            bar.step(0, f"alone ({mode})")
-            out[f"alone_{mode}"] = summary(rt.run(n))
-            out[f"cold_reader_{mode}"] = with_reader(b, rt, end, n, bar, f"cold reader ({mode})")
-        out["warm_reader"] = with_reader(b, rt, end, n, bar, "warm reader")
+        for kind in readers:
+            k = READERS[kind]
+            for mode in modes:
+                out[f"cache_dropped_{k}{mode}"] = drop_caches() if mode == "all" else evict_log(data)
+                rt.run(200)   # the round-trip path warm again (broker code, `rt`'s pages)
+                bar.step(0, f"alone ({mode})")
+                out[f"alone_{k}{mode}"] = summary(rt.run(n))
+                out[f"cold_{k}reader_{mode}"] = with_reader(b, rt, end, n, bar, f"cold {kind} reader ({mode})", kind)
+            out[f"warm_{k}reader"] = with_reader(b, rt, end, n, bar, f"warm {kind} reader", kind)
         out["loadavg_end"] = os.getloadavg()[0]
         if not b.alive():
             raise RuntimeError("canopy died")
@@ -368,6 +515,18 @@ def hot_path_cost(tmp: str) -> dict:
     return out
 
 
+def print_pass(r: dict, k: str, cold: str) -> None:
+    c = r[k]
+    print(f"    {k:<22} {c['reading']['p99_us']:>8} / {c['paused']['p99_us']:>8} ({c['p99_ratio']:>5})"
+          f"  reader {c['reader']['mb_per_s']} MB/s{cold}; loop waiting for a CPU "
+          f"{c['reading']['loop_waiting_for_cpu_pct']} / {c['paused']['loop_waiting_for_cpu_pct']} %, "
+          f"waiting for the disk (D) {c['loop_thread_states_pct'].get('D', 0)} % of samples; "
+          f"vCPU time stolen by the host {c['reading']['machine'].get('steal_pct', '?')} / "
+          f"{c['paused']['machine'].get('steal_pct', '?')} %")
+    for stack, count in c["loop_disk_wait_stacks"][:2]:
+        print(f"      D x{count}: {stack}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gb", type=float, default=5.0, help="size of the cold log (GiB)")
@@ -376,8 +535,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--code", action="append", default=[],
                     help="NAME=PATH: run the phases on canopy imported from PATH (repeatable)")
     ap.add_argument("--modes", default=",".join(MODES), help="how to make the log cold: log, all (see MODES)")
+    ap.add_argument("--readers", default=",".join(READERS),
+                    help="which catch-up readers, in turn: consumer (confluent-kafka), fetch (minimal Fetch loop)")
     ap.add_argument("--out", default=None, help="write the JSON result here too")
     args = ap.parse_args(argv)
+    readers = args.readers.split(",")
+    if not set(readers) <= set(READERS):
+        ap.error(f"--readers: choose from {', '.join(READERS)}")
+    sweep_cgroups()
     codes = [c.split("=", 1) for c in args.code] or [["head", str(ROOT)]]
     tmp = tempfile.mkdtemp(prefix="canopy-cold-", dir=args.dir)
     data = os.path.join(tmp, "data")
@@ -402,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
             bar.close(f"{end} records")
         for name, code in codes:
             result["runs"][name] = run_code(name, os.path.abspath(code), data, logdir, end, args.samples,
-                                            args.modes.split(","))
+                                            args.modes.split(","), readers)
             print(json.dumps({name: result["runs"][name]}, indent=1), flush=True)
         result["loadavg_end"] = os.getloadavg()
     finally:
@@ -410,19 +575,12 @@ def main(argv: list[str] | None = None) -> int:
     print("\nproducer round trip p99 (µs): reader running / paused (ratio), interleaved in blocks of", BLOCK)
     for name, r in result["runs"].items():
         print(f"  {name} ({r['rev']}), load {r['loadavg_start']:.2f}-{r['loadavg_end']:.2f}")
-        for k in [f"cold_reader_{m}" for m in args.modes.split(",")] + ["warm_reader"]:
-            c = r[k]
-            mode = k.rsplit("_", 1)[1]
-            cold = f", cold: {r['cache_dropped_' + mode]}, alone before {r['alone_' + mode]['p99_us']}" \
-                if k != "warm_reader" else ""
-            print(f"    {k:<16} {c['reading']['p99_us']:>8} / {c['paused']['p99_us']:>8} ({c['p99_ratio']:>5})"
-                  f"  reader {c['reader']['mb_per_s']} MB/s{cold}; loop waiting for a CPU "
-                  f"{c['reading']['loop_waiting_for_cpu_pct']} / {c['paused']['loop_waiting_for_cpu_pct']} %, "
-                  f"waiting for the disk (D) {c['loop_thread_states_pct'].get('D', 0)} % of samples; "
-                  f"vCPU time stolen by the host {c['reading']['machine'].get('steal_pct', '?')} / "
-                  f"{c['paused']['machine'].get('steal_pct', '?')} %")
-            for stack, count in c["loop_disk_wait_stacks"][:2]:
-                print(f"      D x{count}: {stack}")
+        for kind in readers:
+            p = READERS[kind]
+            for mode in args.modes.split(","):
+                print_pass(r, f"cold_{p}reader_{mode}", f", cold: {r[f'cache_dropped_{p}{mode}']}, "
+                                                        f"alone before {r[f'alone_{p}{mode}']['p99_us']}")
+            print_pass(r, f"warm_{p}reader", "")
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1))
     return 0

@@ -205,8 +205,14 @@ def goal_rows(m: dict, peers: dict | None) -> list[list[str]]:
         run = next(iter(c["runs"].values()))
         ratios = {k.rsplit("_", 1)[1]: run[k]["p99_ratio"] for k in run if k.startswith("cold_reader_")}
         dropped = all(run.get(f"cache_dropped_{mode}") for mode in ratios)
+        # The goal is judged with the stock consumer; the minimal Fetch reader's figures
+        # (bench/cold_read.py) show what is left with the reader's own work nearly gone.
+        fetch = ", ".join(f"{k.rsplit('_', 1)[1]} {run[k]['p99_ratio']}" for k in run
+                          if k.startswith("cold_fetch_reader_"))
+        if "warm_fetch_reader" in run:
+            fetch = f"; minimal Fetch reader: {fetch}, warm {run['warm_fetch_reader']['p99_ratio']}"
         rows.append(row(f"5 producer p99 with a cold {c['gb']:g} GiB reader / without "
-                        f"(warm reader: {run['warm_reader']['p99_ratio']})", "<= 2",
+                        f"(warm reader: {run['warm_reader']['p99_ratio']}{fetch})", "<= 2",
                         ", ".join(f"{mode} {v}" for mode, v in ratios.items())
                         + ("" if dropped else " (the log was not made cold)"),
                         all(at_most(v, 2) for v in ratios.values())))

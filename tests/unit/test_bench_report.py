@@ -91,6 +91,22 @@ def test_goals_table_from_each_workloads_results(bench_modules):
     assert "0.95" in rows["6 W4"][2]
 
 
+def test_goals_item5_is_judged_with_the_stock_consumer(bench_modules):
+    """The minimal Fetch reader's ratios are shown beside the consumer's, never judged:
+    the issue's catch-up consumer is a client, and that reader only shows what is left of
+    the broker's own cost."""
+    _, goals = bench_modules
+    run = {"cold_reader_log": {"p99_ratio": 5.35}, "cold_reader_all": {"p99_ratio": 5.92},
+           "cache_dropped_log": True, "cache_dropped_all": True, "warm_reader": {"p99_ratio": 2.96},
+           "cold_fetch_reader_log": {"p99_ratio": 1.5}, "cold_fetch_reader_all": {"p99_ratio": 1.9},
+           "cache_dropped_fetch_log": True, "cache_dropped_fetch_all": True,
+           "warm_fetch_reader": {"p99_ratio": 1.2}}
+    row = next(r for r in goals.goal_rows({"cold": {"gb": 5, "runs": {"head": run}}}, _peers_report())
+               if r[0].startswith("5 "))
+    assert row[0].endswith("(warm reader: 2.96; minimal Fetch reader: log 1.5, all 1.9, warm 1.2)")
+    assert (row[2], row[3]) == ("log 5.35, all 5.92", "**not met**")
+
+
 def test_goals_table_shows_sparks_floor_beside_the_source(bench_modules):
     _, goals = bench_modules
     readers = {name: {"ratio_to_confluent": r} for name, r in
