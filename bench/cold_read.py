@@ -33,6 +33,7 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -183,8 +184,6 @@ def _fetch_reader(bootstrap: str, end: int, q, cgroup: str | None) -> None:
     headers are looked at (contiguous offsets, checked). Bytes are record-batch bytes."""
     how = _lowest_priority(cgroup)
     sys.path.insert(0, str(ROOT))
-    import socket
-
     from protocol.framing import encode_request
     from protocol.messages import ApiKey, api
     from protocol.records import BATCH_HEADER_SIZE, BatchHeader
@@ -518,7 +517,8 @@ def hot_path_cost(tmp: str) -> dict:
 def print_pass(r: dict, k: str, cold: str) -> None:
     c = r[k]
     print(f"    {k:<22} {c['reading']['p99_us']:>8} / {c['paused']['p99_us']:>8} ({c['p99_ratio']:>5})"
-          f"  reader {c['reader']['mb_per_s']} MB/s{cold}; loop waiting for a CPU "
+          f"  reader {c['reader']['mb_per_s']} MB/s ({c['reader'].get('isolation', '?')}){cold}; "
+          f"loop waiting for a CPU "
           f"{c['reading']['loop_waiting_for_cpu_pct']} / {c['paused']['loop_waiting_for_cpu_pct']} %, "
           f"waiting for the disk (D) {c['loop_thread_states_pct'].get('D', 0)} % of samples; "
           f"vCPU time stolen by the host {c['reading']['machine'].get('steal_pct', '?')} / "
