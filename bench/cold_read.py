@@ -58,11 +58,11 @@ RT_PAYLOAD = b"x" * 100
 
 # The readers' socket receive buffer. A kernel built PREEMPT_NONE (this VM's) lets a
 # thread inside a system call keep its vCPU until the call returns, whatever its priority;
-# this bounds how much librdkafka has to copy per recvmsg (bench/README.md, "Who holds the
-# CPU while a reader runs").
+# a small window leaves librdkafka less to copy at a time, and halved the cold p99
+# (bench/README.md, "Who holds the CPU while a reader runs").
 READER_RCVBUF = 256 * 1024
-# The minimal Fetch reader's bytes per recv_into: at most ~10 µs of copying per call, so
-# a waking producer or event loop takes the vCPU back within that.
+# The minimal Fetch reader's bytes per recv_into (an estimate: some µs of copying per
+# call), so that a waking producer or event loop soon takes the vCPU back.
 FETCH_READER_PIECE = 64 * 1024
 FETCH_VERSION = 4   # no fetch sessions, no tagged fields: a plain catch-up Fetch
 IDLE_CGROUP_PREFIX = "canopy-bench-reader-"
