@@ -2,6 +2,7 @@
 the run's tables. These render reports from results shaped like the workloads' own."""
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -142,3 +143,31 @@ def test_cpu_times_splits_the_machines_ticks(bench_modules):
     assert cpu_times.describe({}) == ""
     now = cpu_times.read()
     assert now is not None and len(now) == 8
+
+
+def test_replication_reports_the_median_of_its_rounds(bench_modules):
+    """Item 2 is judged on the median of the rounds' acks=all / acks=1 ratios. Until
+    2026-11-28 the script showed the upper of the two middle rounds of four as "the
+    median", which met the goal in runs whose median did not (0.90 shown, 0.88 median)."""
+    # Loaded under another name: bench/replication.py would shadow the replication package
+    # it imports. It puts the repository and bench/ on sys.path, which is put back after.
+    path = list(sys.path)
+    try:
+        spec = importlib.util.spec_from_file_location("bench_replication", BENCH / "replication.py")
+        replication = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(replication)
+    finally:
+        sys.path[:] = path
+
+    def rnd(acks1: float, acksall: float) -> tuple[dict, dict, dict]:
+        return {"replicated_msg_per_s": acks1}, {"replicated_msg_per_s": acksall}, {}
+    four = [rnd(100, 92), rnd(100, 59), rnd(100, 90), rnd(100, 86)]
+    shown, median, ratios = replication.median_round(four)
+    assert ratios == [0.59, 0.86, 0.9, 0.92]
+    assert median == pytest.approx(0.88)
+    assert shown is four[3]          # the lower middle round (0.86), never one above the median
+    five = four + [rnd(200, 190)]
+    shown, median, ratios = replication.median_round(five)
+    assert median == 0.9 and shown is four[2]
+    shown, median, _ = replication.median_round([four[0]])
+    assert median == 0.92 and shown is four[0]
