@@ -450,14 +450,16 @@ def w4(broker: Broker, cfg: dict, bar: Progress) -> dict:
     parts = cfg["w4_partitions"]
     if broker.partitions_max and broker.partitions_max < parts:
         return {"skipped": f"{broker.name} serves {broker.partitions_max} partition per topic"}
-    # Three creates, the median reported: one CreateTopics round trip is ~15-25 ms here,
-    # and single samples of it spread 15-50 ms on this shared 2-vCPU machine. The pause
-    # lets canopy's worker thread finish the previous topic's files first. The first topic
-    # is the one the rest of W4 uses.
+    # Three creates, the median reported: one create (admin client, CreateTopics, then
+    # Metadata until every partition has a leader) takes 7-15 ms here, and single samples
+    # spread more on this 2-vCPU machine. Kept to 0.1 ms: rounded to the millisecond, as
+    # until 2026-11-28, one step moved the canopy / Tansu ratio by ~0.1. The pause lets
+    # canopy's worker thread finish the previous topic's files first. The first topic is
+    # the one the rest of W4 uses.
     topics, creates = [], []
     for _ in range(W4_CREATES):
         topics.append(f"w4-{uuid.uuid4().hex[:6]}")
-        creates.append(round(make_topic(broker, topics[-1], parts), 3))
+        creates.append(round(make_topic(broker, topics[-1], parts), 4))
         time.sleep(0.5)
     topic = topics[0]
     out = {"create_seconds": statistics.median(creates), "create_seconds_each": creates}
