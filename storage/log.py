@@ -88,6 +88,32 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def make_files_ahead(directory: Path | str, base_offset: int = 0, wanted=lambda: True) -> None:
+    """For a worker thread, right after a topic is created: make a never-written log's
+    directory and its first segment's two files, empty, so that its first append finds
+    them (creating a directory and two inodes costs ~1 ms of kernel time here, which a
+    produce to 1 000 new partitions would otherwise pay on the event loop). Only creates
+    what does not exist (O_EXCL), never writes or truncates: whatever the owning thread
+    has made meanwhile stands, and ``wanted()`` false (it began writing, or the log was
+    closed) stops early. An empty segment left here by a crash opens as an empty log."""
+    if not wanted():
+        return
+    try:
+        os.mkdir(directory)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        return   # the topic was deleted meanwhile
+    name = segment_name(base_offset)
+    for suffix in (".log", ".index"):
+        if not wanted():
+            return
+        try:
+            os.close(os.open(os.path.join(directory, name + suffix), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644))
+        except (FileExistsError, FileNotFoundError):
+            pass
+
+
 @dataclass
 class LogConfig:
     segment_bytes: int = 1 << 30
@@ -390,28 +416,9 @@ class Log:
 
     def make_files_ahead(self) -> None:
         """For a worker thread, right after the topic is created: make this never-written
-        log's directory and its first segment's two files, empty, so that its first append
-        finds them (creating a directory and two inodes costs ~1 ms of kernel time here,
-        which a produce to 1 000 new partitions would otherwise pay on the event loop).
-        Only creates what does not exist (O_EXCL), never writes or truncates, and touches
-        no state of this object: whatever the owning thread has made meanwhile stands.
-        An empty segment left here by a crash opens as an empty log."""
-        if self._segments or self._closed:
-            return
-        try:
-            os.mkdir(self.directory)
-        except FileExistsError:
-            pass
-        except FileNotFoundError:
-            return   # the topic was deleted meanwhile
-        name = segment_name(self.log_end_offset)
-        for suffix in (".log", ".index"):
-            if self._segments or self._closed:
-                return
-            try:
-                os.close(os.open(self.directory / (name + suffix), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644))
-            except (FileExistsError, FileNotFoundError):
-                pass
+        log's files (the module's ``make_files_ahead``), unless the owning thread has begun
+        writing it or closed it meanwhile. Touches no state of this object."""
+        make_files_ahead(self.directory, self.log_end_offset, lambda: not (self._segments or self._closed))
 
     @property
     def has_files(self) -> bool:

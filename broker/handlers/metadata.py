@@ -55,7 +55,7 @@ def _partitions(broker, topic, version: int):
     of 3.6 element by element, which the first Metadata after a CreateTopics pays."""
     node = broker.node_id
     parts = topic.partitions
-    stamp = (node, len(parts), [p.leader_epoch for p in parts])
+    stamp = (node, len(parts), parts.leader_epochs())   # makes no partition (topics.Partitions)
     cached = topic.metadata_cache.get(version)
     if cached is not None and cached[0] == stamp:
         return cached[1]
@@ -64,7 +64,7 @@ def _partitions(broker, topic, version: int):
     epochs = stamp[2]
     if len(set(epochs)) == 1:   # as a new topic's are
         encoded = schema.encode_array_of_copies(version, path, {**alike, "leader_epoch": epochs[0]},
-                                                "partition_index", [p.index for p in parts])
+                                                "partition_index", range(len(parts)))
     else:
         encoded = schema.encode_array(version, path, [
             {**alike, "partition_index": p.index, "leader_epoch": p.leader_epoch} for p in parts])
