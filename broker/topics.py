@@ -753,10 +753,9 @@ class TopicRegistry:
     def _open_topic(self, d: Path, topic_id: uuid.UUID, configs: dict, partitions: int,
                     log_loaded: bool = True) -> Topic:
         topic = Topic(d.name, topic_id, configs, d)
-        lc = self.log_config(topic.configs)
-        for i in range(partitions):
-            topic.partitions.append(self._partition(topic, i, Log(d / str(i), lc)))
         self._apply_configs(topic)
+        for i in range(partitions):
+            topic.partitions.append(self._partition(topic, i, Log(d / str(i), topic.log_config)))
         self.topics[topic.name] = topic
         self.by_id[topic.topic_id] = topic
         if log_loaded:
@@ -840,10 +839,9 @@ class TopicRegistry:
         self.check_partition_budget(total - len(topic.partitions))
         if validate_only:
             return
-        lc = self.log_config(topic.configs)
         first_new = len(topic.partitions)
         for i in range(first_new, total):
-            topic.partitions.append(self._partition(topic, i, Log(topic.directory / str(i), lc)))
+            topic.partitions.append(self._partition(topic, i, Log(topic.directory / str(i), topic.log_config)))
         topic.save()
         _FILE_MAKER.submit(_make_files_ahead, topic, first_new)
 
