@@ -55,8 +55,9 @@ _FILE_MAKER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_p
 def _make_files_ahead(topic: "Topic", first: int) -> None:
     """On the file maker: the files of the topic's partitions from ``first`` on. A
     partition made meanwhile (its first use) is asked through its log, which skips it
-    once written; one not made yet by its path: the files it will find at its first
-    append are these, made with O_EXCL either way (storage.make_files_ahead)."""
+    once written; one not made yet by its path, at offset 0 (where a new log starts),
+    stopping should it be made meanwhile: a follower made now may start its log at its
+    leader's log start instead. Create-only either way (storage.make_files_ahead)."""
     parts = topic.partitions
     for i in range(first, len(parts)):
         if topic.deleted:
@@ -64,7 +65,8 @@ def _make_files_ahead(topic: "Topic", first: int) -> None:
         if parts.is_made(i):
             parts[i].log.make_files_ahead()
         else:
-            make_files_ahead(f"{topic.directory}/{i}", 0, lambda: not topic.deleted)
+            make_files_ahead(f"{topic.directory}/{i}", 0,
+                             lambda i=i: not topic.deleted and not parts.is_made(i))
 
 
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
