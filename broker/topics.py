@@ -579,7 +579,7 @@ class Topic:
 
     @property
     def timestamp_type(self) -> str:
-        # The log's config holds the resolved value (override or inherited broker default).
+        # The topic's resolved LogConfig holds it (override or inherited broker default).
         return self.log_config.message_timestamp_type if self.log_config is not None else \
             self.configs.get("message.timestamp.type", "CreateTime")
 
@@ -809,9 +809,8 @@ class TopicRegistry:
             # its first use (Partitions), and its log makes its directory and segment at
             # its first append (storage/log.py); the partition count in topic.json is what
             # makes a partition exist, so a crash before that append leaves an empty one.
-            node, lag = self.config.node_id, self.config.replica_lag_time_max_ms
-            topic.partitions.add_unmade(num_partitions, lambda i: Partition(
-                topic, i, Log(f"{d}/{i}", topic.log_config, new=True), node, lag))
+            topic.partitions.add_unmade(num_partitions, lambda i: self._partition(
+                topic, i, Log(f"{d}/{i}", topic.log_config, new=True)))
         else:
             # Leftovers of a create or delete cut short (no topic.json, so load() skipped
             # them): partition directories found there are opened as before.

@@ -250,6 +250,8 @@ async def handle(ctx, request: dict, version: int) -> dict | None:
         denied = txn_denied or not ctx.allowed(Operation.WRITE, ResourceType.TOPIC, name)
         for pd in topic_data["partition_data"]:
             index = pd["index"]
+            # Looked up once: a topic's partitions are a Python sequence (topics.Partitions).
+            part = topic.partitions[index] if topic is not None and 0 <= index < len(topic.partitions) else None
             if denied:
                 parts.append(_partition_response(index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if txn_denied
                                                  else ErrorCode.TOPIC_AUTHORIZATION_FAILED))
@@ -257,9 +259,9 @@ async def handle(ctx, request: dict, version: int) -> dict | None:
                 parts.append(_partition_response(index, ErrorCode.INVALID_REQUIRED_ACKS))
             elif version < 3:
                 parts.append(_partition_response(index, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT))
-            elif topic is None or not 0 <= index < len(topic.partitions) or not topic.partitions[index].is_replica:
+            elif part is None or not part.is_replica:
                 parts.append(_partition_response(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-            elif not topic.partitions[index].is_leader or not broker.cluster.ready:
+            elif not part.is_leader or not broker.cluster.ready:
                 # (A restarted ex-leader is not ready until its metadata is current: it
                 # must not take writes on the strength of a stale tree.)
                 if _is_idempotent(pd["records"]):
@@ -279,14 +281,13 @@ async def handle(ctx, request: dict, version: int) -> dict | None:
                     # the leader and relays its answer, so a producer behind a load
                     # balancer that reaches any broker still succeeds.
                     parts.append(await broker.cluster.forward_produce(
-                        topic.partitions[index], pd["records"], acks, request["timeout_ms"], version))
+                        part, pd["records"], acks, request["timeout_ms"], version))
             else:
-                p = topic.partitions[index]
-                r = produce_to_partition(broker, p, pd["records"], version, acks)
+                r = produce_to_partition(broker, part, pd["records"], version, acks)
                 if r["error_code"] == 0:
                     appended = True
-                    if acks == -1 and len(p.replicas) > 1:
-                        committed_waits.append((p, p.log.log_end_offset, p.leader_epoch, r))
+                    if acks == -1 and len(part.replicas) > 1:
+                        committed_waits.append((part, part.log.log_end_offset, part.leader_epoch, r))
                 parts.append(r)
         responses.append({"name": name, "partition_responses": parts})
     if acks == 0:
