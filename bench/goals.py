@@ -156,8 +156,8 @@ def goal_rows(m: dict, peers: dict | None) -> list[list[str]]:
     r = m.get("replication")
     if r and "error" not in r:
         hops = r["latency"]["hops"]
-        # Each round's ratio by the phase that ran first (results before 2026-11-28 14:30
-        # kept only the sorted ratios).
+        # Each round's ratio by the phase that ran first (results before git 31de5dc kept only
+        # the sorted ratios).
         order = r.get("ratios_by_first_phase")
         by_order = ("; acks=1 first " + ", ".join(f"{x:.2f}" for x in order["1"])
                     + ", acks=all first " + ", ".join(f"{x:.2f}" for x in order["all"])) if order else ""

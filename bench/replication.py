@@ -489,8 +489,8 @@ def main() -> int:
     result = {"records": args.records, "size": args.size, "controller": cluster.controller, "trees": trees,
               "acks1": acks1, "acksall": acksall, "ratio_all_vs_1": ratio,
               "rounds": len(rounds), "ratios_all_vs_1_replicated": ratios,
-              "ratio_all_vs_1_replicated": ratio_replicated, "ratios_by_first_phase": by_order, "latency": lat, "warm_memory_gib": args.warm_memory,
-              "load_avg": os.getloadavg()}
+              "ratio_all_vs_1_replicated": ratio_replicated, "ratios_by_first_phase": by_order,
+              "latency": lat, "warm_memory_gib": args.warm_memory, "load_avg": os.getloadavg()}
     print(f"4 brokers on {', '.join(HOSTS.values())} + etcd on 127.0.0.1, controller {cluster.controller}, "
           f"fanout {cluster.fanout}, min.insync.replicas {cluster.min_insync}, {args.records} x {args.size} B records"
           + (f", {args.warm_memory:g} GiB of memory warmed before each phase" if args.warm_memory else ""))
