@@ -233,6 +233,10 @@ def min_insync_replicas(broker, partition) -> int:
     return int(broker.topics.config_value(partition.topic, "min.insync.replicas"))
 
 
+def _partition_of(topic, index: int):
+    return topic.partitions[index] if topic is not None and 0 <= index < len(topic.partitions) else None
+
+
 async def handle(ctx, request: dict, version: int) -> dict | None:
     broker = ctx.broker
     acks = request["acks"]
@@ -250,8 +254,6 @@ async def handle(ctx, request: dict, version: int) -> dict | None:
         denied = txn_denied or not ctx.allowed(Operation.WRITE, ResourceType.TOPIC, name)
         for pd in topic_data["partition_data"]:
             index = pd["index"]
-            # Looked up once: a topic's partitions are a Python sequence (topics.Partitions).
-            part = topic.partitions[index] if topic is not None and 0 <= index < len(topic.partitions) else None
             if denied:
                 parts.append(_partition_response(index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if txn_denied
                                                  else ErrorCode.TOPIC_AUTHORIZATION_FAILED))
@@ -259,7 +261,10 @@ async def handle(ctx, request: dict, version: int) -> dict | None:
                 parts.append(_partition_response(index, ErrorCode.INVALID_REQUIRED_ACKS))
             elif version < 3:
                 parts.append(_partition_response(index, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT))
-            elif part is None or not part.is_replica:
+            # Looked up once, and only for a request that passed the checks above: a
+            # topic's partitions are made at their first use (topics.Partitions), and a
+            # refused write must not make one.
+            elif (part := _partition_of(topic, index)) is None or not part.is_replica:
                 parts.append(_partition_response(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
             elif not part.is_leader or not broker.cluster.ready:
                 # (A restarted ex-leader is not ready until its metadata is current: it
