@@ -76,6 +76,7 @@ class Cluster:
         self._changed = trio.Event()
         self._registered = trio.Event()
         self._peer_conns: dict[int, PeerConnection] = {}
+        self._fetchers: dict[int, UpstreamFetcher] = {}   # upstream node id -> its current fetcher
         self._pid_lock = trio.Lock()
         self._pid_next = self._pid_end = 0
 
@@ -562,15 +563,19 @@ class Cluster:
                         running.pop(node)[1].cancel()
                 for node in wanted.keys() - running.keys():
                     running[node] = (wanted[node], await nursery.start(self._run_fetcher, node, wanted[node]))
+                for node in running:
+                    if (fetcher := self._fetchers.get(node)) is not None:
+                        fetcher.partitions_changed()   # a new partition is fetched at once
                 await changed.wait()
 
     async def _run_fetcher(self, node: int, addr: tuple[str, int], task_status=trio.TASK_STATUS_IGNORED) -> None:
         with trio.CancelScope() as scope:
             task_status.started(scope)
             while True:
-                fetcher = UpstreamFetcher(self.node_id, node, addr, lambda: self._partitions_from(node),
-                                          lambda p: None, wait_ms=self.config.replica_fetch_wait_ms,
-                                          changed=self.changed, security=self.config.inter_broker_security)
+                fetcher = self._fetchers[node] = UpstreamFetcher(
+                    self.node_id, node, addr, lambda: self._partitions_from(node), lambda p: None,
+                    wait_ms=self.config.replica_fetch_wait_ms, changed=self.changed,
+                    security=self.config.inter_broker_security)
                 try:
                     await fetcher.run()
                     return
@@ -579,6 +584,10 @@ class Cluster:
                     # broker (defect 7 of issue 10): log, back off, fetch again.
                     log.exception("fetcher from node %d failed; restarting it in 1 s", node)
                     await trio.sleep(1.0)
+                finally:
+                    # (a fetcher for a new address of this upstream may already be running)
+                    if self._fetchers.get(node) is fetcher:
+                        del self._fetchers[node]
 
     async def aclose(self) -> None:
         for conn in self._peer_conns.values():

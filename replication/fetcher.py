@@ -63,6 +63,9 @@ class UpstreamFetcher:
         self.conn = PeerConnection(address[0], address[1], client_id=f"canopy-replica-{node_id}", security=security)
         # KIP-227: after the first Fetch, name only the partitions whose fetch state changed.
         self.session = FetchSessionHandler()
+        # The Fetch waiting upstream: its cancel scope, and the fetch states it was built
+        # from, keyed by the partitions it covers.
+        self._in_flight: tuple[trio.CancelScope, dict] | None = None
 
     async def run(self) -> None:
         backoff = 0.05
@@ -85,6 +88,17 @@ class UpstreamFetcher:
                     backoff = min(backoff * 2, 1.0)
         finally:
             await self.conn.aclose()
+
+    def partitions_changed(self) -> None:
+        """Metadata changed. A Fetch waiting upstream that does not cover every partition
+        this fetcher now follows is given up: the upstream would hold it for up to
+        ``wait_ms`` (replica.fetch.wait.max.ms) while a partition just created here waits
+        for its first fetch, and an acks=all write to it for this replica. (Kafka's fetcher
+        thread lets such a fetch run out.)"""
+        if self._in_flight is not None:
+            scope, covered = self._in_flight
+            if any((p.topic.name, p.index) not in covered for p in self.partitions()):
+                scope.cancel()
 
     async def _truncate_if_needed(self, parts: list) -> None:
         if not parts:
@@ -121,11 +135,22 @@ class UpstreamFetcher:
             "max_bytes": RESPONSE_MAX_BYTES, "isolation_level": 0, "rack_id": "",
             **self.session.build(states, _partition_fields),
         }
-        try:
-            resp = await self.conn.request(ApiKey.FETCH, FETCH_VERSION, request, timeout=self.wait_ms / 1000 + 30)
-        except PeerError:
-            self.session.reset()   # the answer may have been lost after the upstream moved the epoch
-            raise
+        resp = None
+        with trio.CancelScope() as scope:
+            self._in_flight = (scope, states)
+            try:
+                resp = await self.conn.request(ApiKey.FETCH, FETCH_VERSION, request, timeout=self.wait_ms / 1000 + 30)
+            except PeerError:
+                self.session.reset()   # the answer may have been lost after the upstream moved the epoch
+                raise
+            finally:
+                self._in_flight = None
+        if resp is None:
+            # Given up by partitions_changed: its answer is still to come on this
+            # connection, so close it; the next Fetch opens a new session naming them all.
+            await self.conn.aclose()
+            self.session.reset()
+            return
         self.session.on_response(resp.get("error_code", 0), resp.get("session_id", 0))
         if resp.get("error_code"):
             await trio.sleep(0.1)

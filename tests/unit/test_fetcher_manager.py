@@ -24,6 +24,7 @@ class Stand:
     def __init__(self) -> None:
         self.partitions = [follower_of(1)]
         self._changed = trio.Event()
+        self._fetchers = {}
         self.broker = SimpleNamespace(topics=SimpleNamespace(all_partitions=lambda: list(self.partitions)))
         self.started: list[int] = []
 
