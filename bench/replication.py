@@ -303,28 +303,61 @@ def log_bytes(cluster: Cluster, node: int, topic: str) -> int:
         return 0
 
 
+def context_switches(pid: int) -> int:
+    """Voluntary and involuntary context switches of every thread of the process: each is
+    a time its thread slept or was preempted, and on this VM a broker pays several times
+    the CPU for the work right after one (bench/README.md, "What a message costs at the
+    rate acks=all runs")."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                total += sum(int(line.split()[1]) for line in f if "ctxt_switches:" in line)
+        except FileNotFoundError:   # a worker thread that ended between listdir and open
+            pass
+    return total
+
+
+class ConfluentProducer:
+    """The bench's producer: confluent-kafka, idempotence off, linger 5 ms, 1 MiB batches."""
+
+    def __init__(self, cluster: "Cluster", topic: str, acks: str, size: int):
+        self.topic = topic
+        self.acks = acks
+        self.payloads = [random.randbytes(size) for _ in range(64)]
+        self.p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": acks, "enable.idempotence": False,
+                           "linger.ms": 5, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000,
+                           "queue.buffering.max.kbytes": 2_000_000, "compression.type": "none"})
+        self.p.list_topics(topic, timeout=10)
+
+    def produce(self, n: int) -> None:
+        """Sends n records and returns once every one is answered."""
+        p, payloads, topic = self.p, self.payloads, self.topic
+        for i in range(n):
+            while True:
+                try:
+                    p.produce(topic, payloads[i & 63], partition=0)
+                    break
+                except BufferError:
+                    p.poll(0.01)
+        left = p.flush(120)
+        if left:
+            raise SystemExit(f"acks={self.acks}: {left} records undelivered")
+
+
 def produce_phase(cluster: Cluster, topic: str, acks: str, n: int, size: int, replicas: list[int],
-                  warm_gib: float = 0) -> dict:
-    payloads = [random.randbytes(size) for _ in range(64)]
+                  warm_gib: float = 0, producer=ConfluentProducer) -> dict:
+    """Produces n records of ``size`` bytes with ``producer`` (a class made with (cluster,
+    topic, acks, size) before the clock starts, whose ``produce(n)`` returns once every
+    record is answered) and measures the rates and the brokers' CPU."""
     warm_guest_memory(warm_gib)
-    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": acks, "enable.idempotence": False,
-                  "linger.ms": 5, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000,
-                  "queue.buffering.max.kbytes": 2_000_000, "compression.type": "none"})
-    p.list_topics(topic, timeout=10)
+    sender = producer(cluster, topic, acks, size)
     cpu0 = cluster.cpu_times()
+    switches0 = {n_: context_switches(p.pid) for n_, p in cluster.procs.items()}
     t0 = time.perf_counter()
-    for i in range(n):
-        while True:
-            try:
-                p.produce(topic, payloads[i & 63], partition=0)
-                break
-            except BufferError:
-                p.poll(0.01)
-    left = p.flush(120)
+    sender.produce(n)
     secs = time.perf_counter() - t0
     cpu1 = cluster.cpu_times()
-    if left:
-        raise SystemExit(f"acks={acks}: {left} records undelivered")
     # Replication goes on after the producer's last answer (with acks=1 the followers are
     # still behind; with acks=all the grandchild is): the CPU of replicating every record
     # is taken once every replica's log holds as many bytes as the leader's.
@@ -336,6 +369,7 @@ def produce_phase(cluster: Cluster, topic: str, acks: str, n: int, size: int, re
         time.sleep(0.01)
     replicated_secs = time.perf_counter() - t0
     cpu2 = cluster.cpu_times()
+    switches = {n_: context_switches(p.pid) - switches0[n_] for n_, p in cluster.procs.items()}
     per_broker = {n_: (cpu1[n_][0] - cpu0[n_][0]) / n * 1e6 for n_ in cpu0}
     to_replicas = {n_: (cpu2[n_][0] - cpu0[n_][0]) / n * 1e6 for n_ in cpu0}
     kernel = {n_: (cpu2[n_][1] - cpu0[n_][1]) / n * 1e6 for n_ in cpu0}
@@ -348,7 +382,9 @@ def produce_phase(cluster: Cluster, topic: str, acks: str, n: int, size: int, re
             "kernel_cpu_us_per_msg_replicated": kernel,
             "follower_kernel_cpu_us_per_msg_mean": sum(kernel[r] for r in replicas[1:]) / len(followers),
             "leader_cpu_us_per_msg": to_replicas[replicas[0]],
-            "follower_cpu_us_per_msg_max": max(followers), "follower_cpu_us_per_msg_mean": sum(followers) / len(followers)}
+            "follower_cpu_us_per_msg_max": max(followers), "follower_cpu_us_per_msg_mean": sum(followers) / len(followers),
+            # every broker's, from the first record until every replica holds the log
+            "context_switches": switches}
 
 
 def latency_phase(cluster: Cluster, topic: str, replicas: list[int], samples: int,

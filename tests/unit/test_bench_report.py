@@ -174,3 +174,40 @@ def test_replication_reports_the_median_of_its_rounds(bench_modules):
     assert median == 0.9 and shown is four[2]
     shown, median, _ = replication.median_round([four[0]])
     assert median == 0.92 and shown is four[0]
+
+
+def test_replication_rate_sends_whole_batches_and_reports_medians():
+    """bench/replication_rate.py's raw producer: each Produce v7 request carries the one
+    pre-encoded batch for partition 0 with the phase's acks; each kind's row is the median
+    of its phases."""
+    path = list(sys.path)
+    try:
+        spec = importlib.util.spec_from_file_location("bench_replication_rate", BENCH / "replication_rate.py")
+        rate = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(rate)
+    finally:
+        sys.path[:] = path
+    from protocol.framing import parse_request_header
+    from protocol.messages import ApiKey, api
+    from protocol.records import build_batch, validate_batches
+
+    batch = build_batch([(None, b"x" * 1024, [], None) for _ in range(rate.RECORDS_PER_REQUEST)])
+    frame = rate.produce_request("bench-rate-1", -1, batch, 9)[4:]
+    header, at = parse_request_header(frame)
+    assert (header.api_key, header.api_version, header.correlation_id) == (ApiKey.PRODUCE, 7, 9)
+    body = api(ApiKey.PRODUCE).request.decode(frame[at:], 7)
+    assert body["acks"] == -1
+    [topic] = body["topic_data"]
+    [part] = topic["partition_data"]
+    assert (topic["name"], part["index"], bytes(part["records"])) == ("bench-rate-1", 0, batch)
+    [h] = validate_batches(bytes(part["records"]))
+    assert h.last_offset_delta + 1 == rate.RECORDS_PER_REQUEST
+
+    def phase(msg_per_s: float, us: float, switches: int) -> dict:
+        return {"records": 200_000, "msg_per_s": msg_per_s, "replicated_msg_per_s": msg_per_s / 2,
+                "cpu_us_per_msg_replicated": {1: us, 2: us}, "kernel_cpu_us_per_msg_replicated": {1: us / 2, 2: 0},
+                "context_switches": {1: switches, 2: 0}}
+    s = rate.summary([phase(300_000, 1.0, 400), phase(100_000, 3.0, 1000), phase(200_000, 2.0, 600)])
+    assert s == {"phases": 3, "replicated_msg_per_s": 100_000, "producer_msg_per_s": 200_000,
+                 "brokers_cpu_us_per_msg": 4.0, "brokers_kernel_cpu_us_per_msg": 1.0,
+                 "context_switches_per_1000_msg": 3.0}
