@@ -116,6 +116,12 @@ def measure(name: str, quick: bool, since: float) -> dict:
     return json.loads(path.read_text()) | {"results_file": str(path.relative_to(ROOT))}
 
 
+# Item 5 is not judged when the host stole more than this share of the vCPUs' time in
+# the blocks of a judged pass (bench/README.md, the twenty-fifth run: 13-34 %, against
+# 0.1-1.7 % in the runs before, and p99 with the reader stopped over 10 times as high).
+MAX_STEAL_PCT = 10
+
+
 # Figures are compared as the table shows them (two decimals): 1.5000000001 us meets "<= 1.5".
 def at_most(x: float, limit: float) -> bool:
     return round(x, 2) <= limit
@@ -217,11 +223,19 @@ def goal_rows(m: dict, peers: dict | None) -> list[list[str]]:
                           if k.startswith("cold_fetch_reader_"))
         if "warm_fetch_reader" in run:
             fetch = f"; minimal Fetch reader: {fetch}, warm {run['warm_fetch_reader']['p99_ratio']}"
+        # The interleaved blocks share whatever else runs, which is what makes the ratio
+        # fair; but when the host takes a large share of the vCPUs, its stalls set the p99
+        # of both, the ratio tends to 1 whatever the reader does, and it is not judged.
+        steal = max((run[f"cold_reader_{mode}"][block].get("machine", {}).get("steal_pct", 0)
+                     for mode in ratios for block in ("reading", "paused")
+                     if block in run[f"cold_reader_{mode}"]), default=0)
+        met = all(at_most(v, 2) for v in ratios.values())
+        if steal > MAX_STEAL_PCT:
+            met = f"not judged: the host took up to {steal:g} % of the vCPUs' time"
         rows.append(row(f"5 producer p99 with a cold {c['gb']:g} GiB reader / without "
                         f"(warm reader: {run['warm_reader']['p99_ratio']}{fetch})", "<= 2",
                         ", ".join(f"{mode} {v}" for mode, v in ratios.items())
-                        + ("" if dropped else " (the log was not made cold)"),
-                        all(at_most(v, 2) for v in ratios.values())))
+                        + ("" if dropped else " (the log was not made cold)"), met))
     else:
         rows.append(missing("5 cold reads", "<= 2", "cold"))
 

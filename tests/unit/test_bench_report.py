@@ -109,6 +109,20 @@ def test_goals_item5_is_judged_with_the_stock_consumer(bench_modules):
                if r[0].startswith("5 "))
     assert row[0].endswith("(warm reader: 2.96; minimal Fetch reader: log 1.5, all 1.9, warm 1.2)")
     assert (row[2], row[3]) == ("log 5.35, all 5.92", "**not met**")
+    # The host's steal set both blocks' p99 (4-9 ms with the reader stopped) and the ratio
+    # came out near 1: not judged, as a met goal would be the host's doing.
+    run["cold_reader_log"] = {"p99_ratio": 0.89, "reading": {"machine": {"steal_pct": 13.4}},
+                              "paused": {"machine": {"steal_pct": 21.6}}}
+    run["cold_reader_all"] = {"p99_ratio": 1.27, "reading": {"machine": {"steal_pct": 9.0}},
+                              "paused": {"machine": {"steal_pct": 2.0}}}
+    row = next(r for r in goals.goal_rows({"cold": {"gb": 5, "runs": {"head": run}}}, _peers_report())
+               if r[0].startswith("5 "))
+    assert (row[2], row[3]) == ("log 0.89, all 1.27", "not judged: the host took up to 21.6 % of the vCPUs' time")
+    run["cold_reader_log"]["paused"]["machine"]["steal_pct"] = 10.0   # at the limit: judged
+    run["cold_reader_log"]["reading"]["machine"]["steal_pct"] = 1.0
+    row = next(r for r in goals.goal_rows({"cold": {"gb": 5, "runs": {"head": run}}}, _peers_report())
+               if r[0].startswith("5 "))
+    assert row[3] == "met"
 
 
 def test_goals_table_shows_sparks_floor_beside_the_source(bench_modules):
