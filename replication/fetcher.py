@@ -63,9 +63,9 @@ class UpstreamFetcher:
         self.conn = PeerConnection(address[0], address[1], client_id=f"canopy-replica-{node_id}", security=security)
         # KIP-227: after the first Fetch, name only the partitions whose fetch state changed.
         self.session = FetchSessionHandler()
-        # The Fetch waiting upstream: its cancel scope, and the fetch states it was built
-        # from, keyed by the partitions it covers.
-        self._in_flight: tuple[trio.CancelScope, dict] | None = None
+        # The Fetch waiting upstream: its cancel scope, and every partition this fetcher
+        # followed when it was sent (those still waiting for their truncation included).
+        self._in_flight: tuple[trio.CancelScope, list] | None = None
 
     async def run(self) -> None:
         backoff = 0.05
@@ -80,7 +80,7 @@ class UpstreamFetcher:
                     continue
                 try:
                     await self._truncate_if_needed([p for p in parts if p.needs_truncation])
-                    await self._fetch_once([p for p in parts if not p.needs_truncation])
+                    await self._fetch_once([p for p in parts if not p.needs_truncation], parts)
                     backoff = 0.05
                 except PeerError as e:
                     log.debug("fetch from node %d failed: %s", self.upstream_id, e)
@@ -96,7 +96,8 @@ class UpstreamFetcher:
         for its first fetch, and an acks=all write to it for this replica. (Kafka's fetcher
         thread lets such a fetch run out.)"""
         if self._in_flight is not None:
-            scope, covered = self._in_flight
+            scope, known = self._in_flight
+            covered = {(p.topic.name, p.index) for p in known}
             if any((p.topic.name, p.index) not in covered for p in self.partitions()):
                 scope.cancel()
 
@@ -121,7 +122,8 @@ class UpstreamFetcher:
                 await p.truncate_to(target)
             p.needs_truncation = False
 
-    async def _fetch_once(self, parts: list) -> None:
+    async def _fetch_once(self, parts: list, known: list) -> None:
+        """Fetches ``parts``; ``known`` is every partition this round began with."""
         if not parts:
             await trio.sleep(0.05)
             return
@@ -137,7 +139,7 @@ class UpstreamFetcher:
         }
         resp = None
         with trio.CancelScope() as scope:
-            self._in_flight = (scope, states)
+            self._in_flight = (scope, known)
             try:
                 resp = await self.conn.request(ApiKey.FETCH, FETCH_VERSION, request, timeout=self.wait_ms / 1000 + 30)
             except PeerError:
