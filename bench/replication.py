@@ -321,7 +321,7 @@ def context_switches(pid: int) -> int:
 class ConfluentProducer:
     """The bench's producer: confluent-kafka, idempotence off, linger 5 ms, 1 MiB batches."""
 
-    def __init__(self, cluster: "Cluster", topic: str, acks: str, size: int):
+    def __init__(self, cluster: Cluster, topic: str, acks: str, size: int):
         self.topic = topic
         self.acks = acks
         self.payloads = [random.randbytes(size) for _ in range(64)]

@@ -9,7 +9,10 @@ for a partition whose leader epoch changed, it asks the upstream where its own l
 diverged (OffsetForLeaderEpoch, KIP-101/279) and truncates the divergent tail. Every
 Fetch also carries the epoch of its last batch (last_fetched_epoch); an upstream whose
 log diverged from ours answers diverging_epoch (KIP-320/595) and we truncate before
-appending, so a tail survives at no tier of the tree.
+appending, so a tail survives at no tier of the tree. When metadata gives it a partition
+that its Fetch waiting upstream does not cover, the fetcher gives that long poll up
+(``partitions_changed``) instead of letting the new partition wait out
+replica.fetch.wait.max.ms.
 
 The partitions are duck-typed (``log``, ``append_replicated``, ``truncate_to`` and
 ``truncate_fully_and_start_at`` (async: they wait for a snapshot being written and may
