@@ -162,19 +162,25 @@ def test_cpu_times_splits_the_machines_ticks(bench_modules):
     assert now is not None and len(now) == 8
 
 
+def _bench_script(filename: str):
+    """bench/<filename> loaded as module bench_<name>: bench/replication.py, by its own
+    name, would shadow the replication package it imports. The scripts put the repository
+    and bench/ on sys.path, which is put back after."""
+    path = list(sys.path)
+    try:
+        spec = importlib.util.spec_from_file_location(f"bench_{Path(filename).stem}", BENCH / filename)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path[:] = path
+
+
 def test_replication_reports_the_median_of_its_rounds(bench_modules):
     """Item 2 is judged on the median of the rounds' acks=all / acks=1 ratios. Until
     2026-11-28 the script showed the upper of the two middle rounds of four as "the
     median", which met the goal in runs whose median did not (0.90 shown, 0.88 median)."""
-    # Loaded under another name: bench/replication.py would shadow the replication package
-    # it imports. It puts the repository and bench/ on sys.path, which is put back after.
-    path = list(sys.path)
-    try:
-        spec = importlib.util.spec_from_file_location("bench_replication", BENCH / "replication.py")
-        replication = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(replication)
-    finally:
-        sys.path[:] = path
+    replication = _bench_script("replication.py")
 
     def rnd(acks1: float, acksall: float) -> tuple[dict, dict, dict]:
         return {"replicated_msg_per_s": acks1}, {"replicated_msg_per_s": acksall}, {}
@@ -194,13 +200,7 @@ def test_replication_rate_sends_whole_batches_and_reports_medians():
     """bench/replication_rate.py's raw producer: each Produce v7 request carries the one
     pre-encoded batch for partition 0 with the phase's acks; each kind's row is the median
     of its phases."""
-    path = list(sys.path)
-    try:
-        spec = importlib.util.spec_from_file_location("bench_replication_rate", BENCH / "replication_rate.py")
-        rate = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(rate)
-    finally:
-        sys.path[:] = path
+    rate = _bench_script("replication_rate.py")
     from protocol.framing import parse_request_header
     from protocol.messages import ApiKey, api
     from protocol.records import build_batch, validate_batches
