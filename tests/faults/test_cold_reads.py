@@ -2,8 +2,8 @@
 thread (broker/cold_reads.py), so the event loop keeps serving every other connection.
 
 The log is made cold for real (fsync, then POSIX_FADV_DONTNEED on its files, checked with
-preadv2(RWF_NOWAIT)); a slow disk is made with strace's syscall fault injection: every
-pread64 of the broker (only the cold-read workers issue it; the probes are preadv2) is held
+preadv2(RWF_NOWAIT): pagecache.py); a slow disk is made with strace's syscall fault
+injection: every pread64 of the broker (only the cold-read workers issue it; the probes are preadv2) is held
 at its entry until the tracer is stopped, so the tests decide when a read finishes
 instead of hoping a disk is slow enough."""
 from __future__ import annotations
@@ -23,34 +23,12 @@ from tests.e2e.rawclient import RawClient, create_topic, make_batch, produce
 
 from .cluster import wait_for
 from .history import iter_all_records
+from .pagecache import drop_partition as drop
+from .pagecache import evict_partition as evict
 
 pytestmark = pytest.mark.timeout(300)
 
 PREAD64 = {"x86_64": 17, "aarch64": 67}[os.uname().machine]
-
-
-def drop(partition_dir: Path) -> None:
-    """Drop the partition's pages from the page cache (clean pages only: fsync first)."""
-    for f in sorted(partition_dir.glob("*.log")) + sorted(partition_dir.glob("*.index")):
-        fd = os.open(f, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-
-
-def evict(partition_dir: Path) -> None:
-    """drop(), checked: the first page of the first segment is not cached. (The check's
-    NOWAIT read starts the kernel's read-ahead, which brings back the first 128 KiB or so
-    at once: a test of a smaller log drops it again.)"""
-    drop(partition_dir)
-    fd = os.open(sorted(partition_dir.glob("*.log"))[0], os.O_RDONLY)
-    try:
-        with pytest.raises(BlockingIOError):   # the probe canopy uses says "not cached"
-            os.preadv(fd, [bytearray(1)], 0, os.RWF_NOWAIT)
-    finally:
-        os.close(fd)
 
 
 def values(n: int, seed: int) -> list[bytes]:

@@ -9,6 +9,7 @@ from tests.e2e.rawclient import RawClient, init_producer_id, make_batch, produce
 
 from .cluster import FaultCluster, wait_for
 from .history import iter_all_records
+from .pagecache import evict
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -287,23 +288,12 @@ def test_damaged_topic_json_in_a_cluster_keeps_the_cluster_topic_id(tmp_path):
         cluster.stop()
 
 
-def _evict_from_page_cache(path) -> None:
-    import os
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)   # clean pages can be dropped; dirty ones cannot
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 def test_event_loop_does_no_blocking_disk_work(tmp_path):
     """Defect 12: disk work on the broker's event loop stalls every connection. Watched
     with strace on the running broker (the event loop is the main thread, tid = pid):
     a Fetch of records that are not in the page cache has them read by a worker thread
     before sendfile copies them; DeleteRecords (the log start offset checkpoint) and
     DeleteTopics do no fsync on the event loop."""
-    import os
     import re
     import subprocess
     import time
@@ -321,17 +311,7 @@ def test_event_loop_does_no_blocking_disk_work(tmp_path):
         for i in range(24):
             assert produce(c, "cold", make_batch([bytes([i]) * 10_000] * 50))["error_code"] == 0
         segments = sorted((tmp_path / "data" / "topics" / "cold" / "0").glob("*.log"))
-        for seg in segments:
-            _evict_from_page_cache(seg)
-        fd = os.open(segments[0], os.O_RDONLY)
-        try:
-            try:
-                os.preadv(fd, [bytearray(1)], 4 << 20, os.RWF_NOWAIT)
-                pytest.fail("could not evict the segment from the page cache")
-            except BlockingIOError:
-                pass
-        finally:
-            os.close(fd)
+        evict(segments, segments[0], 4 << 20)
         tracer = subprocess.Popen([strace, "-f", "-qq", "-e", "trace=sendfile,pread64,fsync,fdatasync",
                                    "-p", str(b.proc.pid), "-o", str(trace)],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
