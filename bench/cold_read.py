@@ -184,11 +184,10 @@ def _fetch_reader(bootstrap: str, end: int, q, cgroup: str | None) -> None:
     headers are looked at (contiguous offsets, checked). Bytes are record-batch bytes."""
     how = _lowest_priority(cgroup)
     sys.path.insert(0, str(ROOT))
-    from protocol.framing import encode_request
+    from protocol.framing import encode_request, parse_response_header
     from protocol.messages import ApiKey, api
     from protocol.records import BATCH_HEADER_SIZE, BatchHeader
     fetch = api(ApiKey.FETCH)
-    header_size = 4 if fetch.response_header_version(FETCH_VERSION) == 0 else 5
     host, port = bootstrap.rsplit(":", 1)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, READER_RCVBUF)   # before connect: the window
@@ -219,7 +218,9 @@ def _fetch_reader(bootstrap: str, end: int, q, cgroup: str | None) -> None:
                 "isolation_level": 0, "topics": [{"topic": "cold", "partitions": [
                     {"partition": 0, "fetch_offset": offset, "partition_max_bytes": 10485760}]}]}))
             (size,) = struct.unpack(">i", receive(4))
-            resp = fetch.response.decode(receive(size)[header_size:], FETCH_VERSION)
+            body = receive(size)
+            resp = fetch.response.decode(body[parse_response_header(body, ApiKey.FETCH, FETCH_VERSION)[1]:],
+                                         FETCH_VERSION)
             part = resp["responses"][0]["partitions"][0]
             if part["error_code"]:
                 raise RuntimeError(f"fetch reader: error code {part['error_code']} at offset {offset}")

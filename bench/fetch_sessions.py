@@ -50,7 +50,7 @@ from confluent_kafka import Producer  # noqa: E402
 from brokers import ROOT, load_module  # noqa: E402
 from kafka_load import make_topic  # noqa: E402
 from produce_ab import serve  # noqa: E402
-from protocol.framing import encode_request  # noqa: E402
+from protocol.framing import encode_request, parse_response_header  # noqa: E402
 from protocol.messages import ApiKey, api  # noqa: E402
 
 FETCH_VERSION = 12
@@ -78,9 +78,8 @@ class Fetcher:
         (size,) = struct.unpack(">i", self._exact(4))
         body = self._exact(size)
         self.received_bytes += 4 + size
-        a = api(ApiKey.FETCH)
-        resp = a.response.decode(body[4 + (1 if a.response_header_version(FETCH_VERSION) >= 1 else 0):],
-                                 FETCH_VERSION)
+        _, skip = parse_response_header(body, ApiKey.FETCH, FETCH_VERSION)
+        resp = api(ApiKey.FETCH).response.decode(body[skip:], FETCH_VERSION)
         assert resp["error_code"] == 0, resp
         return resp
 

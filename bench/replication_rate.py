@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(ROOT / "bench"))
 from brokers import load_module  # noqa: E402
-from protocol.framing import encode_request  # noqa: E402
+from protocol.framing import encode_request, parse_response_header  # noqa: E402
 from protocol.messages import ApiKey, api  # noqa: E402
 from protocol.records import build_batch  # noqa: E402
 
@@ -80,11 +80,12 @@ class RawProducer:
         self.sock = socket.create_connection((host, int(port)))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.response = api(ApiKey.PRODUCE).response
-        self.header_size = 4 if api(ApiKey.PRODUCE).response_header_version(PRODUCE_VERSION) == 0 else 5
 
     def _answer(self, reader) -> None:
         (size,) = struct.unpack(">i", reader.read(4))
-        body = self.response.decode(reader.read(size)[self.header_size:], PRODUCE_VERSION)
+        frame = reader.read(size)
+        body = self.response.decode(frame[parse_response_header(frame, ApiKey.PRODUCE, PRODUCE_VERSION)[1]:],
+                                    PRODUCE_VERSION)
         error = body["responses"][0]["partition_responses"][0]["error_code"]
         if error:
             raise SystemExit(f"raw producer: Produce to {self.topic} answered error code {error}")

@@ -200,7 +200,7 @@ def _skip_tagged_fields(stream: ViewStream) -> None:
             if len(stream.read(size)) != size:
                 raise SchemaError("tagged field truncated")
     except StreamError as e:  # a varint cut short: hostile input is a SchemaError like any other
-        raise SchemaError(f"request header truncated: {e}") from e
+        raise SchemaError(f"header tagged fields truncated: {e}") from e
 
 
 def encode_request_header(api_key: int, api_version: int, correlation_id: int,
@@ -219,6 +219,22 @@ def response_header(correlation_id: int, header_version: int) -> bytes:
     if header_version >= 1:
         return _SIZE.pack(correlation_id) + b"\x00"  # no tagged fields
     return _SIZE.pack(correlation_id)
+
+
+def parse_response_header(frame, api_key: int, api_version: int) -> tuple[int, int]:
+    """(correlation id, offset of the body) of a response frame (without its size prefix)
+    to a request of (api_key, api_version), for canopy's own clients (replication, tests,
+    benches). Header v1 (KIP-482) ends in tagged fields: canopy sends none, but another
+    broker may, so they are read, not assumed absent."""
+    if len(frame) < 4:
+        raise SchemaError("response header truncated")
+    (correlation_id,) = _SIZE.unpack_from(frame, 0)
+    if api(api_key).response_header_version(api_version) == 0:
+        return correlation_id, 4
+    stream = ViewStream(frame)
+    stream.seek(4)
+    _skip_tagged_fields(stream)
+    return correlation_id, stream.tell()
 
 
 def frame(*parts: bytes) -> bytes:

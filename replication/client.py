@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import os
 import socket
-import struct
 from itertools import count
 
 import trio
 
-from protocol.framing import FrameReader, encode_request
+from protocol.framing import FrameReader, encode_request, parse_response_header
 from protocol.messages import ApiKey, api
 
 from .client_security import PLAINTEXT, ClientSecurity, SaslClientError
@@ -154,15 +153,14 @@ class PeerConnection:
             if not data:
                 raise PeerError(f"{self.host}:{self.port} closed the connection")
             reader.feed(data)
-        (got,) = struct.unpack_from(">i", frame)
-        if got != corr:
-            raise PeerError(f"correlation id {got} != {corr}")
         a = api(key)
-        skip = 4 + (1 if a.response_header_version(version) >= 1 else 0)
         try:
-            return a.response.decode(frame[skip:], version, exact=False)
+            got, skip = parse_response_header(frame, key, version)
+            if got == corr:
+                return a.response.decode(frame[skip:], version, exact=False)
         except Exception as e:  # a peer speaking garbage is an unreachable peer
             raise PeerError(f"undecodable {a.name} response: {e}") from None
+        raise PeerError(f"correlation id {got} != {corr}")
 
     async def aclose(self) -> None:
         if self._stream is not None:

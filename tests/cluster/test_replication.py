@@ -16,6 +16,7 @@ import time
 
 from kafka import KafkaProducer
 from protocol.errors import ErrorCode
+from protocol.framing import parse_response_header
 from protocol.messages import ApiKey, api
 from protocol.records import iter_records
 
@@ -355,8 +356,7 @@ def test_produce_pipelined_past_an_acks_all_wait_answers_in_order(cluster):
         answers.append(frame)
     assert [struct.unpack_from(">i", f)[0] for f in answers] == [1, 2, 3, 4]   # request order
     def body(key, version, f):
-        a = api(key)
-        return a.response.decode(f[4 + (1 if a.response_header_version(version) >= 1 else 0):], version)
+        return api(key).response.decode(f[parse_response_header(f, key, version)[1]:], version)
     produced = [body(ApiKey.PRODUCE, 9, f)["responses"][0]["partition_responses"][0] for f in answers[:3]]
     assert [(p["error_code"], p["base_offset"]) for p in produced] == [(0, 0), (0, 10), (0, 20)]
     latest = body(ApiKey.LIST_OFFSETS, 7, answers[3])["topics"][0]["partitions"][0]

@@ -9,7 +9,7 @@ import time
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from protocol.framing import encode_request
+from protocol.framing import encode_request, parse_response_header
 from protocol.messages import ApiKey, api
 
 CLIENT = "raw-test-client"
@@ -65,11 +65,9 @@ class RawClient:
         self.sock.settimeout(timeout)
         frame = self.recv_frame()
         assert frame is not None, "connection closed"
-        (corr,) = struct.unpack_from(">i", frame)
+        corr, offset = parse_response_header(frame, key, version)
         assert corr == self.correlation
-        a = api(key)
-        offset = 4 + (1 if a.response_header_version(version) >= 1 else 0)
-        return a.response.decode(frame[offset:], version)
+        return api(key).response.decode(frame[offset:], version)
 
     def closed_by_peer(self, timeout: float = 5.0) -> bool:
         self.sock.settimeout(timeout)

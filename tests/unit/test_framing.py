@@ -16,7 +16,8 @@ from kafka.protocol.metadata import (
 
 from protocol.framing import (
     DEFAULT_MAX_REQUEST_BYTES, FIRST_BUFFER, LOW_WATER_MIN, FrameReader, FrameTooLarge, encode_request,
-    encode_request_header, encode_response, frame, parse_request_header, response_header)
+    encode_request_header, encode_response, frame, parse_request_header, parse_response_header,
+    response_header)
 from protocol.messages import api
 from protocol.schema import SchemaError, uvarint_bytes
 
@@ -386,6 +387,20 @@ def test_request_header_matches_kafka_python(cls, key, version, client_id):
 def test_response_header_bytes():
     assert response_header(7, 0) == b"\x00\x00\x00\x07"
     assert response_header(7, 1) == b"\x00\x00\x00\x07\x00"
+
+
+def test_parse_response_header_reads_tagged_fields():
+    """canopy's clients find the body after a header v1's tagged fields, which another
+    broker may send (KIP-482), not at a fixed offset; header v0 has none to read."""
+    fetch_v12 = _size(42) + b"\x02" + b"\x00\x03abc" + b"\x07\x00" + b"BODY"
+    assert parse_response_header(fetch_v12, 1, 12) == (42, 12)
+    assert fetch_v12[12:] == b"BODY"
+    assert parse_response_header(_size(42) + b"\x00BODY", 1, 12) == (42, 5)
+    assert parse_response_header(_size(42) + b"\x02BODY", 18, 3) == (42, 4)   # ApiVersions: v0
+    assert parse_response_header(_size(42) + b"BODY", 1, 11) == (42, 4)
+    for cut in (b"\x00\x00", _size(42), _size(42) + b"\x01\x00\x05ab", _size(42) + b"\x01\x80"):
+        with pytest.raises(SchemaError):
+            parse_response_header(cut, 1, 12)
 
 
 @pytest.mark.parametrize("version", range(0, 5))
