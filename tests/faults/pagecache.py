@@ -4,10 +4,11 @@ BlockingIOError.
 
 fsync, then POSIX_FADV_DONTNEED, drops a file's clean pages, but not always all of them
 at once: a page the kernel still holds a reference to at that moment (one just written
-back, still in a per-CPU batch) is skipped. On the 2-vCPU CI VM about one eviction in
-fifty left the probed page cached, and a second try a moment later dropped it. So
-evict() tries a few times, then as root drops the whole page cache, and fails (never
-skips) when the page still reads as cached: the test's premise would not hold."""
+back, still in a per-CPU batch) is skipped. On the 2-vCPU CI VM, in loops of a 12 MB
+file written then evicted, 4 of 200 and 1 of 1 000 first tries left the probed page
+cached, and a second try 0.1 s later dropped it every time. So evict() tries a few
+times, then as root drops the whole page cache, and fails (never skips) when the page
+still reads as cached: the test's premise would not hold."""
 from __future__ import annotations
 
 import os

@@ -3,9 +3,9 @@ thread (broker/cold_reads.py), so the event loop keeps serving every other conne
 
 The log is made cold for real (fsync, then POSIX_FADV_DONTNEED on its files, checked with
 preadv2(RWF_NOWAIT): pagecache.py); a slow disk is made with strace's syscall fault
-injection: every pread64 of the broker (only the cold-read workers issue it; the probes are preadv2) is held
-at its entry until the tracer is stopped, so the tests decide when a read finishes
-instead of hoping a disk is slow enough."""
+injection: every pread64 of the broker (only the cold-read workers issue it; the probes
+are preadv2) is held at its entry until the tracer is stopped, so the tests decide when
+a read finishes instead of hoping a disk is slow enough."""
 from __future__ import annotations
 
 import os
