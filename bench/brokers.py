@@ -140,13 +140,15 @@ def _stat_fields(pid: int) -> list[str] | None:
     return stat[stat.rindex(")") + 2:].split()  # fields[0] is field 3 (state)
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime+stime of the process tree rooted at pid, in seconds (10 ms ticks)."""
+def cpu_seconds(pid: int, kernel_only: bool = False) -> float:
+    """utime+stime of the process tree rooted at pid, in seconds (10 ms ticks); with
+    ``kernel_only``, stime alone: the kernel's part (copies into sockets and the page
+    cache, on this VM the part that moves with its memory: README, "The VM's memory")."""
     ticks = 0
     for p in process_tree(pid):
         f = _stat_fields(p)
         if f:
-            ticks += int(f[11]) + int(f[12])  # utime (14), stime (15)
+            ticks += (0 if kernel_only else int(f[11])) + int(f[12])  # utime (14), stime (15)
     return ticks / CLK_TCK
 
 
@@ -219,6 +221,9 @@ class Broker:
 
     def cpu(self) -> float:
         return cpu_seconds(self.pid)
+
+    def kernel_cpu(self) -> float:
+        return cpu_seconds(self.pid, kernel_only=True)
 
     def rss(self) -> float:
         return peak_rss_mb(self.pid)

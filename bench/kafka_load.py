@@ -85,7 +85,7 @@ def ck_produce(broker: Broker, topic: str, n: int, size: int, bar: Progress,
                   "queue.buffering.max.kbytes": 2097151,
                   "message.max.bytes": 2 * 1048576, "socket.nagle.disable": True})
     p.list_topics(topic, timeout=10)  # connection and metadata outside the timed part
-    cpu0, t0 = broker.cpu(), time.perf_counter()
+    kernel0, cpu0, t0 = broker.kernel_cpu(), broker.cpu(), time.perf_counter()
     produce = p.produce
     for i in range(n):
         while True:
@@ -97,10 +97,11 @@ def ck_produce(broker: Broker, topic: str, n: int, size: int, bar: Progress,
         if not i % 20000:
             bar.step(0, f"{broker.name} produce {i}/{n}")
     left = p.flush(120)
-    t1, cpu1 = time.perf_counter(), broker.cpu()
+    t1, cpu1, kernel1 = time.perf_counter(), broker.cpu(), broker.kernel_cpu()
     if left or any(e.fatal() for e in errors):
         raise RuntimeError(f"produce: {left} undelivered, errors {errors[:3]}")
-    return result(n, size, t1 - t0, cpu1 - cpu0, broker)
+    return {**result(n, size, t1 - t0, cpu1 - cpu0, broker),
+            "broker_kernel_cpu_us_per_msg": round((kernel1 - kernel0) / n * 1e6, 2)}
 
 
 def ck_consume(broker: Broker, topic: str, n: int, size: int, bar: Progress) -> dict:
