@@ -66,7 +66,8 @@ def measured(into: dict):
 
 
 def describe(s: dict) -> str:
-    """``busy 61 %, iowait 2 %, steal 4.5 %``, or '' for no figures."""
-    if not s:
+    """``busy 61 %, iowait 2 %, steal 4.5 %``, or '' for no figures (``s`` may hold other
+    figures about the machine beside them)."""
+    if "busy_pct" not in s:
         return ""
     return f"busy {s['busy_pct']:g} %, iowait {s['iowait_pct']:g} %, steal {s['steal_pct']:g} %"

@@ -22,13 +22,16 @@ then reads items 1 and 6 (W5 restart, W4 create) from bench/run.py's JSON of the
 `make bench` (--peers-json; default: the newest bench/results/<stamp>.json), and writes
 bench/results/goals-<stamp>.md and .json: one row per goal with the figure measured in this
 run, the goal and whether it was met, and how the machine's vCPU time was split while each
-workload ran (bench/cpu_times.py: busy, iowait, and steal, the time the host took). A
-workload that fails is reported as failed and the others still run; the exit status is
-then 1.
+workload ran (bench/cpu_times.py: busy, iowait, and steal, the time the host took), how
+fast it ran as each started (bench/machine_speed.py), and, for the two workloads that warm
+memory (produce, replication), whether the VM's free page reporting was held back
+(brokers.page_reporting_held: root only). A workload that fails is reported as failed and
+the others still run; the exit status is then 1.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -44,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import brokers  # noqa: E402
 import cpu_times  # noqa: E402
+import machine_speed  # noqa: E402
 from kafka_load import ck_produce, make_topic  # noqa: E402
 from progress import Progress  # noqa: E402
 from report import get  # noqa: E402
@@ -51,6 +55,9 @@ from report import get  # noqa: E402
 ROOT = brokers.ROOT
 RESULTS = ROOT / "bench" / "results"
 WORKLOADS = ("produce", "replication", "tree", "cold", "spark")
+# The workloads that warm the guest's memory before each phase, and keep the VM's free page
+# reporting held while they run so that the warming lasts (brokers.page_reporting_held).
+WARMED = ("produce", "replication")
 
 
 def newest(pattern: str, since: float) -> Path | None:
@@ -275,6 +282,33 @@ def goal_rows(m: dict, peers: dict | None) -> list[list[str]]:
     return rows
 
 
+def machine_notes(measured: dict) -> list[str]:
+    """The paragraphs under the goals table: what the machine did while each workload ran
+    (its vCPUs' time, its speed as the workload started, the VM's free page reporting) and
+    where each workload's own results are."""
+    md: list[str] = []
+    shares = {k: cpu_times.describe(v["machine"]) for k, v in measured.items() if v.get("machine")}
+    shares = {k: v for k, v in shares.items() if v}
+    if shares:
+        md += ["", f"The {os.cpu_count()} vCPUs' time while each workload ran (bench/cpu_times.py; steal is "
+               "time the host ran something else): " + "; ".join(f"{k} {v}" for k, v in shares.items()) + "."]
+    speeds = {k: machine_speed.describe(v.get("machine", {}).get("speed", {})) for k, v in measured.items()}
+    if any(speeds.values()):
+        md += ["", "The machine's speed as each workload started (bench/machine_speed.py; the absolute "
+               "CPU figures of items 2 and 4 move with it): "
+               + "; ".join(f"{k} {v}" for k, v in speeds.items() if v) + "."]
+    held = {k: v["machine"]["page_reporting"] for k, v in measured.items()
+            if "page_reporting" in v.get("machine", {})}
+    if held:
+        md += ["", "The VM's free page reporting while the workloads that warm memory ran "
+               "(bench/brokers.py, `page_reporting_held`): "
+               + "; ".join(f"{k} {v}" for k, v in held.items()) + "."]
+    files = {k: v["results_file"] for k, v in measured.items() if "results_file" in v}
+    if files:
+        md += ["", "Results files: " + ", ".join(f"{k} `{v}`" for k, v in files.items()) + "."]
+    return md
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default=",".join(WORKLOADS),
@@ -298,9 +332,12 @@ def main() -> int:
                          cwd=ROOT).stdout.strip()
     measured: dict = {}
     for name in only:
-        machine: dict = {}
+        machine: dict = {"speed": machine_speed.measure()}
         try:
-            with cpu_times.measured(machine):
+            with (brokers.page_reporting_held() if name in WARMED else contextlib.nullcontext()) as held, \
+                    cpu_times.measured(machine):
+                if held:
+                    machine["page_reporting"] = held
                 measured[name] = measure(name, args.quick, time.time())
         except Exception as e:   # noqa: BLE001 - one workload's failure must not hide the others
             print(f"{name} failed: {e}", file=sys.stderr, flush=True)
@@ -321,13 +358,7 @@ def main() -> int:
           "| item | goal | measured in this run | |",
           "|---|---|---|---|"]
     md += ["| " + " | ".join(r) + " |" for r in rows]
-    shares = {k: cpu_times.describe(v["machine"]) for k, v in measured.items() if v.get("machine")}
-    if shares:
-        md += ["", f"The {os.cpu_count()} vCPUs' time while each workload ran (bench/cpu_times.py; steal is "
-               "time the host ran something else): " + "; ".join(f"{k} {v}" for k, v in shares.items()) + "."]
-    files = {k: v["results_file"] for k, v in measured.items() if "results_file" in v}
-    if files:
-        md += ["", "Results files: " + ", ".join(f"{k} `{v}`" for k, v in files.items()) + "."]
+    md += machine_notes(measured)
     text = "\n".join(md) + "\n"
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"goals-{stamp}.md").write_text(text)

@@ -12,7 +12,8 @@ must cost nothing measurable) for each record size on a fresh broker of each rev
 Reported: median msg/s and broker CPU µs/msg per revision and the after/before ratios.
 
 --warm-memory G touches and frees G GiB right before each phase, so that the page cache
-grows into memory the host still backs (bench/README.md, "The VM's memory").
+grows into memory the host still backs (bench/README.md, "The VM's memory"); the VM's free
+page reporting is held back while the script runs (brokers.page_reporting_held).
 
 Before that, a steadier figure that a shared 2-vCPU machine cannot blur as much: the Produce
 handler's per-partition function (produce_to_partition) of each revision, called in one
@@ -30,7 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from brokers import ROOT, VENV, Broker, load_module, unpack_revision, warm_guest_memory  # noqa: E402
+from brokers import (ROOT, VENV, Broker, held_while_warming, load_module, unpack_revision,  # noqa: E402
+                     warm_guest_memory)
 from kafka_load import ck_produce, make_topic  # noqa: E402
 from progress import Progress  # noqa: E402
 
@@ -128,7 +130,8 @@ def main() -> int:
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     sizes = [int(s) for s in args.sizes.split(",")]
-    with tempfile.TemporaryDirectory(prefix="canopy-ab-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="canopy-ab-") as tmp, \
+            held_while_warming(args.warm_memory) as page_reporting:
         tmp = Path(tmp)
         base_dir = unpack_revision(args.base, tmp / "base")
         micro(base_dir, real_log=False)
@@ -155,7 +158,8 @@ def main() -> int:
         bar.close()
     print(f"\nW1 produce, {args.records} records, {args.rounds} rounds "
           f"(load avg {os.getloadavg()[0]:.1f}"
-          + (f"; {args.warm_memory:g} GiB of memory warmed before each phase" if args.warm_memory else "")
+          + (f"; {args.warm_memory:g} GiB of memory warmed before each phase, free page reporting "
+             f"{page_reporting}" if args.warm_memory else "")
           + ")\n")
     print("| size | before msg/s (best / median) | after msg/s (best / median) | ratio best | "
           "ratio median | CPU µs/msg before / after (median) |")

@@ -25,7 +25,8 @@ children -> one grandchild (the compose.yaml shape). Then it measures with confl
   CPU per replicated message per replica, target <= 1.5 us), and the kernel's part of it
   (stime). --warm-memory G touches and frees G GiB right before each produce phase:
   this VM hands idle memory back to its host, and a page cache growing into such memory
-  pays a host page fault per page (bench/README.md, "The VM's memory").
+  pays a host page fault per page (bench/README.md, "The VM's memory"); the VM's free
+  page reporting is held back while the script runs (brokers.page_reporting_held).
 - latency per tree hop: one record at a time (linger 0, acks=1) carrying a sequence number;
   three consumers, bootstrapped only to the leader, a child and that child's grandchild
   with client.rack = their broker's rack (KIP-392: the leader names the follower as
@@ -39,6 +40,7 @@ Prints a table and writes bench/results/replication-<ts>.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -66,7 +68,7 @@ TICK = os.sysconf("SC_CLK_TCK")
 # replication package. bench/ after it, for the bench's helpers (brokers.py).
 sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(ROOT / "bench"))
-from brokers import PeerUnavailable, debian, warm_guest_memory  # noqa: E402
+from brokers import PeerUnavailable, debian, held_while_warming, warm_guest_memory  # noqa: E402
 from replication.tree import children_of, parent_of  # noqa: E402
 
 
@@ -482,7 +484,8 @@ def main() -> int:
     ap.add_argument("--warm-memory", type=float, default=0, metavar="GIB",
                     help="touch and free this many GiB of memory right before each produce phase, so "
                          "that the page cache grows into host-backed pages (this VM hands idle guest "
-                         "memory back to its host: see bench/README.md, \"The VM's memory\"); 0: off")
+                         "memory back to its host: see bench/README.md, \"The VM's memory\"); the VM's "
+                         "free page reporting is held back meanwhile where root can; 0: off")
     ap.add_argument("--keep", action="store_true", help="keep the brokers' data directories and logs")
     ap.add_argument("--broker-log-level", default="warning", choices=["debug", "info", "warning", "error"],
                     help="the brokers' --log-level (their logs are in the temp dir; see --keep)")
@@ -491,6 +494,8 @@ def main() -> int:
         args.records, args.samples = 20_000, 100
     workdir = Path(tempfile.mkdtemp(prefix="canopy-repl-bench-"))
     cluster = Cluster(workdir, log_level=args.broker_log_level)
+    memory = contextlib.ExitStack()
+    page_reporting = memory.enter_context(held_while_warming(args.warm_memory))
     try:
         cluster.start()
         rounds: list[tuple[dict, dict, dict]] = []
@@ -520,16 +525,19 @@ def main() -> int:
         lat = latency_phase(cluster, "bench-latency", rl, args.samples)
     finally:
         cluster.stop()
+        memory.close()
     ratio = acksall["msg_per_s"] / acks1["msg_per_s"]
     trees = {**trees, "bench-latency": rl}
     result = {"records": args.records, "size": args.size, "controller": cluster.controller, "trees": trees,
               "acks1": acks1, "acksall": acksall, "ratio_all_vs_1": ratio,
               "rounds": len(rounds), "ratios_all_vs_1_replicated": ratios,
               "ratio_all_vs_1_replicated": ratio_replicated, "ratios_by_first_phase": by_order,
-              "latency": lat, "warm_memory_gib": args.warm_memory, "load_avg": os.getloadavg()}
+              "latency": lat, "warm_memory_gib": args.warm_memory, "page_reporting": page_reporting,
+              "load_avg": os.getloadavg()}
     print(f"4 brokers on {', '.join(HOSTS.values())} + etcd on 127.0.0.1, controller {cluster.controller}, "
           f"fanout {cluster.fanout}, min.insync.replicas {cluster.min_insync}, {args.records} x {args.size} B records"
-          + (f", {args.warm_memory:g} GiB of memory warmed before each phase" if args.warm_memory else ""))
+          + (f", {args.warm_memory:g} GiB of memory warmed before each phase (free page reporting "
+             f"{page_reporting})" if args.warm_memory else ""))
     print("trees (breadth-first, leader first): " + ", ".join(f"{t} {r}" for t, r in trees.items()))
     print(f"{'':18}{'msg/s':>9}{'MB/s':>7}{'replicated msg/s':>18}"
           f"{'CPU us/msg: leader':>20}{'follower mean/max':>19}  per broker, to the last replica")

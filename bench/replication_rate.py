@@ -27,6 +27,7 @@ Writes bench/results/replication-rate-<stamp>.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -43,7 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(ROOT / "bench"))
-from brokers import load_module  # noqa: E402
+from brokers import held_while_warming, load_module  # noqa: E402
 from protocol.framing import encode_request, parse_response_header  # noqa: E402
 from protocol.messages import ApiKey, api  # noqa: E402
 from protocol.records import build_batch  # noqa: E402
@@ -151,6 +152,8 @@ def main() -> int:
         cluster.delete(topic)
         return result
 
+    memory = contextlib.ExitStack()
+    page_reporting = memory.enter_context(held_while_warming(args.warm_memory))
     try:
         cluster.start()
         first = phase("all")
@@ -168,9 +171,11 @@ def main() -> int:
                       flush=True)
     finally:
         cluster.stop()
+        memory.close()
     table = {k: summary(v) for k, v in phases.items()}
     print(f"\n4 brokers + etcd, {args.records} x {args.size} B records per phase, raw producer "
-          f"({RECORDS_PER_REQUEST} records per request, {IN_FLIGHT} in flight); medians of {args.rounds} rounds")
+          f"({RECORDS_PER_REQUEST} records per request, {IN_FLIGHT} in flight); "
+          f"medians of {args.rounds} rounds" + (f"; free page reporting {page_reporting}" if page_reporting else ""))
     print(f"{'':15}{'replicated msg/s':>18}{'producer msg/s':>16}{'brokers CPU-us/msg':>20}{'of which kernel':>17}"
           f"{'switches / 1000 msgs':>22}")
     for kind, s in table.items():
