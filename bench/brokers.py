@@ -109,7 +109,7 @@ def warm_guest_memory(gib: float) -> None:
 PAGE_REPORTING_DELAY = Path("/sys/module/page_reporting/parameters/min_free_ms")
 # The value held and where the held parameter's original is kept until it is put back: a
 # run killed before its `finally` leaves the file, and the next run restores from it.
-PAGE_REPORTING_HOLD_MS = 300_000   # the largest round figure the parameter took here
+PAGE_REPORTING_HOLD_MS = 300_000   # 5 minutes; this VM refused 600 000
 PAGE_REPORTING_STATE = Path("/var/tmp/canopy-bench-page-reporting")
 
 

@@ -524,8 +524,10 @@ def main() -> int:
         rl = cluster.create("bench-latency")
         lat = latency_phase(cluster, "bench-latency", rl, args.samples)
     finally:
-        cluster.stop()
-        memory.close()
+        try:
+            cluster.stop()
+        finally:
+            memory.close()   # the VM's page reporting back as it was, whatever stop() did
     ratio = acksall["msg_per_s"] / acks1["msg_per_s"]
     trees = {**trees, "bench-latency": rl}
     result = {"records": args.records, "size": args.size, "controller": cluster.controller, "trees": trees,

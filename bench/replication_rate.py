@@ -170,8 +170,10 @@ def main() -> int:
                       f"{sum(r['context_switches'].values()) * 1000 / r['records']:.1f} switches per 1 000 msgs",
                       flush=True)
     finally:
-        cluster.stop()
-        memory.close()
+        try:
+            cluster.stop()
+        finally:
+            memory.close()   # the VM's page reporting back as it was, whatever stop() did
     table = {k: summary(v) for k, v in phases.items()}
     print(f"\n4 brokers + etcd, {args.records} x {args.size} B records per phase, raw producer "
           f"({RECORDS_PER_REQUEST} records per request, {IN_FLIGHT} in flight); "
