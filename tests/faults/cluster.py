@@ -31,6 +31,26 @@ CGROUP2 = Path("/sys/fs/cgroup/unified") if Path("/sys/fs/cgroup/unified/cgroup.
 CGROUP_PARENT = "canopy-faults"
 FIRST_HOST = 41                      # 127.0.0.41 ... (the compose tests use .11 ...)
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
+# libfaketime preloaded without its `faketime` wrapper makes a semaphore and a shared-memory
+# object named after the process, and removes them only at a normal exit: a broker the
+# harness kills with SIGKILL leaves both in /dev/shm, two files per kill on every run.
+SHM = Path("/dev/shm")
+FAKETIME_OBJECTS = ("faketime_shm_{pid}", "sem.faketime_sem_{pid}")
+
+
+def drop_faketime_objects(pid: int) -> None:
+    """Remove what libfaketime left in /dev/shm for ``pid``, a process already reaped."""
+    for name in FAKETIME_OBJECTS:
+        (SHM / name.format(pid=pid)).unlink(missing_ok=True)
+
+
+def drop_stale_faketime_objects() -> None:
+    """Remove libfaketime's objects of processes that no longer exist (an earlier run that
+    was itself killed before it could clean up after its brokers)."""
+    pids = {path.name.rsplit("_", 1)[1] for path in SHM.glob("*faketime_s[hme]*_*")}
+    for pid in pids:
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            drop_faketime_objects(int(pid))
 
 
 def wait_for(cond, what: str, timeout: float = 30.0, interval: float = 0.1):
@@ -94,6 +114,8 @@ class FaultNode:
         return argv, env
 
     def start(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            self._reaped()   # a restart after a SIGKILL or a crash
         argv, env = self.command()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         procs = CGROUP2 / self.cgroup / "cgroup.procs"
@@ -144,6 +166,14 @@ class FaultNode:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+        if self.proc is not None and self.proc.poll() is not None:
+            self._reaped()
+
+    def _reaped(self) -> None:
+        """The broker process has exited and been waited for: what libfaketime left of it
+        goes (see FAKETIME_OBJECTS)."""
+        if self.cluster.with_faketime:
+            drop_faketime_objects(self.proc.pid)
 
     def fiu(self, command: str) -> None:
         """Run a libfiu remote-control command in the running broker (fiu-ctrl)."""
@@ -203,6 +233,8 @@ class FaultCluster:
                     stale.parent.rmdir()
             except OSError:
                 pass
+        if self.with_faketime:
+            drop_stale_faketime_objects()
         for n in self.nodes.values():
             (CGROUP2 / n.cgroup).mkdir(parents=True, exist_ok=True)
         self.etcd.start()
