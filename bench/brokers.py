@@ -113,16 +113,6 @@ PAGE_REPORTING_HOLD_MS = 300_000   # 5 minutes; this VM refused 600 000
 PAGE_REPORTING_STATE = Path("/var/tmp/canopy-bench-page-reporting")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _put_back(param: Path, state: Path, original: str) -> None:
     try:
         param.write_text(original)
@@ -138,7 +128,7 @@ def restore_page_reporting(param: Path = PAGE_REPORTING_DELAY, state: Path = PAG
         pid, original = state.read_text().split()
     except (OSError, ValueError):
         return False
-    if _alive(int(pid)):
+    if Path(f"/proc/{pid}").exists():
         return True
     _put_back(param, state, original)
     return False

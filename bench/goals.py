@@ -31,7 +31,6 @@ the others still run; the exit status is then 1.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
@@ -55,9 +54,10 @@ from report import get  # noqa: E402
 ROOT = brokers.ROOT
 RESULTS = ROOT / "bench" / "results"
 WORKLOADS = ("produce", "replication", "tree", "cold", "spark")
-# The workloads that warm the guest's memory before each phase, and keep the VM's free page
-# reporting held while they run so that the warming lasts (brokers.page_reporting_held).
-WARMED = ("produce", "replication")
+# GiB of the guest's memory each workload warms before each phase ("The VM's memory"); the
+# VM's free page reporting is held while those run, so that the warming lasts
+# (brokers.held_while_warming).
+WARM_GIB = {"produce": 2, "replication": 2}
 
 
 def newest(pattern: str, since: float) -> Path | None:
@@ -88,7 +88,7 @@ def produce(quick: bool) -> dict:
             try:
                 topic = f"goals-{uuid.uuid4().hex[:6]}"
                 make_topic(b, topic)
-                brokers.warm_guest_memory(2)
+                brokers.warm_guest_memory(WARM_GIB["produce"])
                 per_round.append(ck_produce(b, topic, records, 1024, bar))
             finally:
                 b.stop()
@@ -108,7 +108,8 @@ def measure(name: str, quick: bool, since: float) -> dict:
         return produce(quick)
     if name == "replication":
         run_script(["bench/replication.py", *(["--quick"] if quick else
-                                              ["--rounds", "6", "--records", "200000", "--warm-memory", "2"])])
+                                              ["--rounds", "6", "--records", "200000",
+                                               "--warm-memory", str(WARM_GIB["replication"])])])
         path = newest("replication-*.json", since)
     elif name == "tree":
         run_script(["bench/tree_fanout.py", *(["--quick"] if quick else [])])
@@ -287,8 +288,7 @@ def machine_notes(measured: dict) -> list[str]:
     (its vCPUs' time, its speed as the workload started, the VM's free page reporting) and
     where each workload's own results are."""
     md: list[str] = []
-    shares = {k: cpu_times.describe(v["machine"]) for k, v in measured.items() if v.get("machine")}
-    shares = {k: v for k, v in shares.items() if v}
+    shares = {k: d for k, v in measured.items() if (d := cpu_times.describe(v.get("machine", {})))}
     if shares:
         md += ["", f"The {os.cpu_count()} vCPUs' time while each workload ran (bench/cpu_times.py; steal is "
                "time the host ran something else): " + "; ".join(f"{k} {v}" for k, v in shares.items()) + "."]
@@ -334,8 +334,7 @@ def main() -> int:
     for name in only:
         machine: dict = {"speed": machine_speed.measure()}
         try:
-            with (brokers.page_reporting_held() if name in WARMED else contextlib.nullcontext()) as held, \
-                    cpu_times.measured(machine):
+            with brokers.held_while_warming(WARM_GIB.get(name, 0)) as held, cpu_times.measured(machine):
                 if held:
                     machine["page_reporting"] = held
                 measured[name] = measure(name, args.quick, time.time())

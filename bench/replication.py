@@ -494,8 +494,9 @@ def main() -> int:
         args.records, args.samples = 20_000, 100
     workdir = Path(tempfile.mkdtemp(prefix="canopy-repl-bench-"))
     cluster = Cluster(workdir, log_level=args.broker_log_level)
-    memory = contextlib.ExitStack()
-    page_reporting = memory.enter_context(held_while_warming(args.warm_memory))
+    cleanup = contextlib.ExitStack()
+    page_reporting = cleanup.enter_context(held_while_warming(args.warm_memory))
+    cleanup.callback(cluster.stop)   # runs first; the page reporting is put back after it
     try:
         cluster.start()
         rounds: list[tuple[dict, dict, dict]] = []
@@ -524,10 +525,7 @@ def main() -> int:
         rl = cluster.create("bench-latency")
         lat = latency_phase(cluster, "bench-latency", rl, args.samples)
     finally:
-        try:
-            cluster.stop()
-        finally:
-            memory.close()   # the VM's page reporting back as it was, whatever stop() did
+        cleanup.close()
     ratio = acksall["msg_per_s"] / acks1["msg_per_s"]
     trees = {**trees, "bench-latency": rl}
     result = {"records": args.records, "size": args.size, "controller": cluster.controller, "trees": trees,

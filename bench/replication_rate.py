@@ -152,8 +152,9 @@ def main() -> int:
         cluster.delete(topic)
         return result
 
-    memory = contextlib.ExitStack()
-    page_reporting = memory.enter_context(held_while_warming(args.warm_memory))
+    cleanup = contextlib.ExitStack()
+    page_reporting = cleanup.enter_context(held_while_warming(args.warm_memory))
+    cleanup.callback(cluster.stop)   # runs first; the page reporting is put back after it
     try:
         cluster.start()
         first = phase("all")
@@ -170,10 +171,7 @@ def main() -> int:
                       f"{sum(r['context_switches'].values()) * 1000 / r['records']:.1f} switches per 1 000 msgs",
                       flush=True)
     finally:
-        try:
-            cluster.stop()
-        finally:
-            memory.close()   # the VM's page reporting back as it was, whatever stop() did
+        cleanup.close()
     table = {k: summary(v) for k, v in phases.items()}
     print(f"\n4 brokers + etcd, {args.records} x {args.size} B records per phase, raw producer "
           f"({RECORDS_PER_REQUEST} records per request, {IN_FLIGHT} in flight); "

@@ -114,8 +114,7 @@ class FaultNode:
         return argv, env
 
     def start(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
-            self._reaped()   # a restart after a SIGKILL or a crash
+        self._drop_faketime_objects()   # a restart after a SIGKILL or a crash
         argv, env = self.command()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         procs = CGROUP2 / self.cgroup / "cgroup.procs"
@@ -166,13 +165,12 @@ class FaultNode:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
-        if self.proc is not None and self.proc.poll() is not None:
-            self._reaped()
+        self._drop_faketime_objects()
 
-    def _reaped(self) -> None:
-        """The broker process has exited and been waited for: what libfaketime left of it
-        goes (see FAKETIME_OBJECTS)."""
-        if self.cluster.with_faketime:
+    def _drop_faketime_objects(self) -> None:
+        """Once the broker process has exited and been waited for, what libfaketime left of
+        it goes (see FAKETIME_OBJECTS)."""
+        if self.cluster.with_faketime and self.proc is not None and self.proc.poll() is not None:
             drop_faketime_objects(self.proc.pid)
 
     def fiu(self, command: str) -> None:
