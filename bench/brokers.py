@@ -128,7 +128,7 @@ def restore_page_reporting(param: Path = PAGE_REPORTING_DELAY, state: Path = PAG
         pid, original = state.read_text().split()
     except (OSError, ValueError):
         return False
-    if Path(f"/proc/{pid}").exists():
+    if _alive(int(pid)):   # the module's own check, below: a zombie holder counts as gone
         return True
     _put_back(param, state, original)
     return False
