@@ -18,10 +18,13 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
+
+import cpu_times
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
@@ -213,6 +216,123 @@ def _stat_fields(pid: int) -> list[str] | None:
     return stat[stat.rindex(")") + 2:].split()  # fields[0] is field 3 (state)
 
 
+def thread_state(pid: int, tid: int | None = None) -> str | None:
+    """One thread's scheduler state letter (R running or runnable, S asleep, D waiting
+    uninterruptibly, mostly for the disk); the main thread's by default. None once gone."""
+    try:
+        with open(f"/proc/{pid}/task/{tid or pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][0]
+    except (OSError, IndexError):
+        return None
+
+
+def kernel_stack(pid: int, tid: int | None = None, depth: int = 6) -> str | None:
+    """The innermost ``depth`` kernel functions a thread is in, ``inner <- outer``
+    (root only: /proc/<pid>/task/<tid>/stack). None when unreadable."""
+    try:
+        with open(f"/proc/{pid}/task/{tid or pid}/stack") as f:
+            lines = f.read().splitlines()[:depth]
+    except OSError:
+        return None
+    # empty when the thread left the kernel between the state's read and this one
+    return " <- ".join(ln.split()[1].split("+")[0] for ln in lines if len(ln.split()) > 1) or None
+
+
+def schedstat(pid: int, tid: int | None = None) -> tuple[float, float] | None:
+    """Seconds a thread has run on a CPU and waited, runnable, for one, since it started
+    (/proc/<pid>/task/<tid>/schedstat). None once gone."""
+    try:
+        with open(f"/proc/{pid}/task/{tid or pid}/schedstat") as f:
+            on_cpu, waiting, _ = f.read().split()
+    except (OSError, ValueError):
+        return None
+    return int(on_cpu) / 1e9, int(waiting) / 1e9
+
+
+class StartWatch:
+    """Where a starting broker's time goes until its port accepts: sampled by the bench
+    while it polls the port (every ~20 ms), then read from the kernel's counters. A start
+    that takes twice as long as usual (issue 15 item 1, W5) is thereby one of: the broker
+    on a CPU longer (slower CPU, more work), waiting for a CPU (other load, the host), or
+    neither (``other_s``: asleep or waiting for the disk, which the D samples and their
+    kernel stacks show, beside the major faults and the bytes it read from the disk)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.t0 = time.perf_counter()
+        self.machine0 = cpu_times.read()
+        self.states: collections.Counter = collections.Counter()
+        self.d_stacks: collections.Counter = collections.Counter()
+
+    def sample(self) -> None:
+        state = thread_state(self.pid)
+        if state is None:
+            return
+        self.states[state] += 1
+        if state == "D" and (stack := kernel_stack(self.pid)) is not None:
+            self.d_stacks[stack] += 1
+
+    @contextmanager
+    def sampling(self, every_s: float = 0.02):
+        """Go on sampling, from a thread of the bench, while the block runs (W5: on to the
+        first answer, where the bench is busy being the client)."""
+        stop = threading.Event()
+
+        def run() -> None:
+            while not stop.wait(every_s):
+                self.sample()
+        t = threading.Thread(target=run, name="start-watch", daemon=True)
+        t.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            t.join()
+
+    def result(self) -> dict:
+        """Everything since the spawn (call again later for a longer stretch)."""
+        wall = time.perf_counter() - self.t0
+        out: dict = {"wall_s": round(wall, 3), "states": dict(self.states),
+                     "d_stacks": self.d_stacks.most_common(3),
+                     "machine": cpu_times.shares(self.machine0, cpu_times.read())}
+        times = schedstat(self.pid)
+        if times is not None:
+            out.update(on_cpu_s=round(times[0], 3), waiting_for_cpu_s=round(times[1], 3),
+                       other_s=round(max(wall - sum(times), 0.0), 3))
+        f = _stat_fields(self.pid)
+        if f:
+            out["major_faults"] = int(f[9])   # field 12, majflt: pages read in from a file
+        try:
+            for line in Path(f"/proc/{self.pid}/io").read_text().splitlines():
+                if line.startswith("read_bytes:"):
+                    out["disk_read_mb"] = round(int(line.split()[1]) / 1e6, 1)
+        except OSError:
+            pass
+        return out
+
+
+def describe_start(p: dict) -> str:
+    """``0.41 on a CPU, 0.02 waiting for one, 0.12 other (D 3 of 40 samples: ...)``, or ''
+    for a result without the kernel's figures (older results, no /proc)."""
+    if "on_cpu_s" not in p:
+        return ""
+    text = (f"{p['on_cpu_s']:.2f} s on a CPU, {p['waiting_for_cpu_s']:.2f} waiting for one, "
+            f"{p['other_s']:.2f} other")
+    samples = sum(p.get("states", {}).values())
+    d = p.get("states", {}).get("D", 0)
+    if d:
+        where = "; ".join(f"{n}× {stack}" for stack, n in p.get("d_stacks", []))
+        text += f" (disk wait in {d} of {samples} samples" + (f": {where})" if where else ")")
+    if "disk_read_mb" in p:
+        text += f"; {p['disk_read_mb']:g} MB read, {p.get('major_faults', 0)} major faults"
+    steal = p.get("machine", {}).get("steal_pct")
+    if steal is not None:
+        text += f"; steal {steal:g} %"
+    if p.get("machine_speed"):
+        text += f"; Python loop {p['machine_speed']['python_loop_ms']} ms just before"
+    return text
+
+
 def cpu_seconds(pid: int, kernel_only: bool = False) -> float:
     """utime+stime of the process tree rooted at pid, in seconds (10 ms ticks); with
     ``kernel_only``, stime alone: the kernel's part (copies into sockets and the page
@@ -266,8 +386,11 @@ class Broker:
                                      stderr=subprocess.STDOUT, cwd=ROOT,
                                      start_new_session=True,
                                      env={**os.environ, **(env or {})})
+        self.start_watch = StartWatch(self.proc.pid)
         try:
-            wait_for_port(self.port, self.proc, log, start_timeout)
+            wait_for_port(self.port, self.proc, log, start_timeout, self.start_watch)
+            # where the time to listening went (W5 reports it for every restart)
+            self.start_profile = self.start_watch.result()
             if ready is not None:
                 deadline = time.monotonic() + start_timeout
                 while not ready(self):
@@ -354,9 +477,12 @@ def _pids_named(name: str) -> set[int]:
     return out
 
 
-def wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float) -> None:
+def wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float,
+                  watch: StartWatch | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if watch is not None:
+            watch.sample()
         if proc.poll() is not None:
             raise RuntimeError(f"broker exited with {proc.returncode} before listening:\n"
                                + tail(log))

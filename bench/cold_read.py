@@ -284,18 +284,14 @@ def _loop_sampler(pid: int, stop, q) -> None:
     so the sampling costs the producer's process nothing."""
     states: dict = {}
     stacks: dict = {}
-    stat, stack = f"/proc/{pid}/task/{pid}/stat", f"/proc/{pid}/task/{pid}/stack"
     while not stop.is_set():
-        try:
-            with open(stat) as f:
-                state = f.read().rsplit(") ", 1)[1][0]
+        state = brokers.thread_state(pid)
+        if state is not None:
             states[state] = states.get(state, 0) + 1
             if state == "D":
-                with open(stack) as f:
-                    key = " <- ".join(ln.split()[1].split("+")[0] for ln in f.read().splitlines()[:6])
-                stacks[key] = stacks.get(key, 0) + 1
-        except (OSError, IndexError):
-            pass
+                key = brokers.kernel_stack(pid)
+                if key is not None:
+                    stacks[key] = stacks.get(key, 0) + 1
         time.sleep(0.002)
     q.put({"states": states, "d_stacks": sorted(stacks.items(), key=lambda kv: -kv[1])[:5]})
 
@@ -308,25 +304,26 @@ class LoopThread:
     (bench/cpu_times.py), which shows how much of it the host took (steal)."""
 
     def __init__(self, pid: int) -> None:
-        self.path = f"/proc/{pid}/task/{pid}/schedstat"
+        self.pid = pid
         self.acc: dict = {}
         self.machine: dict = {}   # what -> the whole machine's CPU ticks over its blocks (cpu_times)
 
-    def _read(self) -> tuple[int, int]:
-        with open(self.path) as f:
-            on_cpu, waiting, _ = f.read().split()
-        return int(on_cpu), int(waiting)
+    def _read(self) -> tuple[float, float]:
+        times = brokers.schedstat(self.pid)
+        if times is None:
+            raise RuntimeError(f"broker {self.pid} exited during the pass")
+        return times
 
     @contextmanager
     def measure(self, what: str):
         c0, w0 = self._read()
         m0 = cpu_times.read()
-        t0 = time.perf_counter_ns()
+        t0 = time.perf_counter()
         yield
         c1, w1 = self._read()
         m1 = cpu_times.read()
-        a = self.acc.setdefault(what, [0, 0, 0])
-        a[0] += time.perf_counter_ns() - t0
+        a = self.acc.setdefault(what, [0.0, 0.0, 0.0])
+        a[0] += time.perf_counter() - t0
         a[1] += c1 - c0
         a[2] += w1 - w0
         ticks = cpu_times.delta(m0, m1)
@@ -334,9 +331,9 @@ class LoopThread:
             self.machine[what] = tuple(map(sum, zip(self.machine.get(what, (0,) * len(ticks)), ticks)))
 
     def report(self, what: str) -> dict:
-        wall, on_cpu, waiting = self.acc.get(what, (0, 0, 0))
-        return {"loop_on_cpu_pct": round(100 * on_cpu / max(wall, 1), 1),
-                "loop_waiting_for_cpu_pct": round(100 * waiting / max(wall, 1), 1),
+        wall, on_cpu, waiting = self.acc.get(what, (0.0, 0.0, 0.0))
+        return {"loop_on_cpu_pct": round(100 * on_cpu / max(wall, 1e-9), 1),
+                "loop_waiting_for_cpu_pct": round(100 * waiting / max(wall, 1e-9), 1),
                 "machine": cpu_times.split(self.machine.get(what))}
 
 

@@ -309,6 +309,31 @@ def machine_notes(measured: dict) -> list[str]:
     return md
 
 
+def slowest_start_note(peers: dict | None) -> list[str]:
+    """Item 1's slowest judged restart (the row's figure) and where its time went
+    (StartWatch in bench/brokers.py): the paragraph that says whether a miss was canopy's
+    CPU, a wait for a CPU, or a wait for the disk."""
+    w5 = get(peers or {"runs": {}}, "canopy", "W5") or {}
+    starts = [(r["first_fetch_seconds"], gb, case, r) for gb, s in w5.get("sizes", {}).items()
+              for case, r in s.items() if case in ("clean", "after_kill") and isinstance(r, dict)]
+    if not starts:
+        return []
+    seconds, gb, case, r = max(starts, key=lambda t: t[0])
+    text = (f"Item 1's slowest restart: {gb} GiB, {case.replace('_', ' ')}, first answer at "
+            f"{seconds:.2f} s, listening at {r['listening_seconds']:.2f} s.")
+    for key, stretch in (("start", "To listening"), ("to_first_answer", "To the first answer")):
+        where = brokers.describe_start(r.get(key) or {})
+        if where:
+            text += f" {stretch}: {where}."
+    disk = r.get("disk_read_ms") or {}
+    if "waited_s" in disk:
+        text += (f" Before it, the disk answered 4 KiB reads in {disk['median']} ms (median) after "
+                 f"{disk['waited_s']} s with {disk['stalls']} stalls over 5 ms"
+                 + (f" (worst {disk['worst_stall_ms']} ms)" if disk["stalls"] else "")
+                 + ("" if disk.get("quiet", True) else ", and never went quiet") + ".")
+    return ["", text]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default=",".join(WORKLOADS),
@@ -357,6 +382,7 @@ def main() -> int:
           "| item | goal | measured in this run | |",
           "|---|---|---|---|"]
     md += ["| " + " | ".join(r) + " |" for r in rows]
+    md += slowest_start_note(peers)
     md += machine_notes(measured)
     text = "\n".join(md) + "\n"
     RESULTS.mkdir(parents=True, exist_ok=True)

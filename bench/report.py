@@ -208,7 +208,16 @@ def markdown(rep: dict, stamp: str) -> str:
             disk = [sizes[c][case].get("disk_read_ms") for c in cols]
             if any(disk):
                 rows.append([f"{label}: disk 4 KiB read before start, median / max ms"]
-                            + [f"{d['median']} / {d['max']}" if d else "-" for d in disk])
+                            + [f"{d['median']} / {d['max']}" + (
+                                f" (after {d['waited_s']} s, {d['stalls']} stalls)" if "waited_s" in d else "")
+                               if d else "-" for d in disk])
+            # where the time went (bench/brokers.py StartWatch; older results lack it)
+            for key, stretch in (("start", "to listening"), ("to_first_answer", "to the first answer")):
+                split = [sizes[c][case].get(key) or {} for c in cols]
+                if any("on_cpu_s" in p for p in split):
+                    rows.append([f"{label}: {stretch}, on a CPU / waiting for one / other s"]
+                                + [f"{p['on_cpu_s']} / {p['waiting_for_cpu_s']} / {p['other_s']}"
+                                   if "on_cpu_s" in p else "-" for p in split])
         rows.append(["peak RSS MB (clean restart, after the full read)"]
                     + [sizes[c].get("peak_rss_mb") for c in cols])
         first = cols[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -279,3 +280,80 @@ def test_goals_notes_give_the_machines_speed_and_page_reporting(bench_modules):
     assert "produce Python loop 290 ms, copy 5.1 GiB/s; tree Python loop 300 ms, copy 4.5 GiB/s." in text
     assert "`page_reporting_held`): produce held (min_free_ms 0 -> 300000)." in text
     assert "tree busy" not in text
+
+
+def test_a_starts_time_is_split_and_its_slowest_named(bench_modules):
+    """Item 1 missed by one start that took twice as long to listen as the others; W5
+    records where each start's time went, and the goals report names the slowest."""
+    import subprocess
+
+    import brokers
+    report, goals = bench_modules
+    # a real process: ~0.1 s on a CPU, then asleep
+    proc = subprocess.Popen([sys.executable, "-c", "import time; sum(range(3_000_000)); time.sleep(30)"])
+    try:
+        watch = brokers.StartWatch(proc.pid)
+        deadline = time.monotonic() + 10
+        while brokers.thread_state(proc.pid) != "S" and time.monotonic() < deadline:
+            watch.sample()
+            time.sleep(0.002)
+        time.sleep(0.05)
+        watch.sample()
+        profile = watch.result()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert profile["on_cpu_s"] > 0.01 and profile["other_s"] > 0.0
+    assert profile["states"].get("S", 0) >= 1
+    assert profile["on_cpu_s"] + profile["waiting_for_cpu_s"] + profile["other_s"] <= profile["wall_s"] + 0.01
+    assert brokers.describe_start(profile).startswith(f"{profile['on_cpu_s']:.2f} s on a CPU, ")
+    assert brokers.thread_state(proc.pid) is None and brokers.schedstat(proc.pid) is None
+
+    slow = {"wall_s": 1.05, "states": {"R": 30, "D": 20}, "on_cpu_s": 0.5, "waiting_for_cpu_s": 0.05,
+            "other_s": 0.5, "d_stacks": [["folio_wait_bit_common <- filemap_fault", 18]],
+            "major_faults": 40, "disk_read_mb": 30.5, "machine": {"steal_pct": 0.5},
+            "machine_speed": {"python_loop_ms": 290, "copy_gib_s": 5.0}}
+    peers = _peers_report()
+    peers["runs"]["canopy"]["W5"]["sizes"]["5"]["after_kill"].update(
+        listening_seconds=1.06, first_fetch_seconds=1.3, start=slow,
+        to_first_answer={**slow, "on_cpu_s": 0.7, "other_s": 0.55, "machine_speed": None},
+        disk_read_ms={"median": 0.05, "max": 0.2, "waited_s": 7.5, "quiet": True, "stalls": 2,
+                      "worst_stall_ms": 61.0})
+    note = "\n".join(goals.slowest_start_note(peers))
+    assert note == (
+        "\nItem 1's slowest restart: 5 GiB, after kill, first answer at 1.30 s, listening at 1.06 s. "
+        "To listening: 0.50 s on a CPU, 0.05 waiting for one, 0.50 other (disk wait in 20 of 50 samples: "
+        "18× folio_wait_bit_common <- filemap_fault); 30.5 MB read, 40 major faults; steal 0.5 %; "
+        "Python loop 290 ms just before. To the first answer: 0.70 s on a CPU, 0.05 waiting for one, "
+        "0.55 other (disk wait in 20 of 50 samples: 18× folio_wait_bit_common <- filemap_fault); "
+        "30.5 MB read, 40 major faults; steal 0.5 %. Before it, the disk answered 4 KiB reads in 0.05 ms "
+        "(median) after 7.5 s with 2 stalls over 5 ms (worst 61.0 ms).")
+    md = report.markdown(peers, "stamp")
+    assert "| SIGKILL (last roll's snapshot + tail): to listening, on a CPU / waiting for one / other s " \
+        "| - | 0.5 / 0.05 / 0.5 |" in md
+    assert "| SIGKILL (last roll's snapshot + tail): disk 4 KiB read before start, median / max ms | " \
+        "0.12 / 3.5 | 0.05 / 0.2 (after 7.5 s, 2 stalls) |" in md
+    assert goals.slowest_start_note(None) == []
+
+
+def test_restarts_wait_for_a_quiet_disk(bench_modules, tmp_path):
+    """W5 waits, before each timed restart, until 4 KiB O_DIRECT reads have gone a while
+    without a stall; a hole (nothing written) is not read at all."""
+    import kafka_load
+    f = tmp_path / "segment"
+    f.write_bytes(os.urandom(256 << 10))
+    try:
+        os.close(os.open(f, os.O_RDONLY | os.O_DIRECT))
+    except OSError:
+        pytest.fail(f"{tmp_path} refuses O_DIRECT: the bench's W5 could not time its disk here")
+    t = time.monotonic()
+    disk = kafka_load.wait_for_quiet_disk(f, quiet_s=0.3, timeout_s=2.0, every_s=0.01)
+    assert time.monotonic() - t < 5
+    assert set(disk) == {"median", "max", "waited_s", "quiet", "stalls", "worst_stall_ms"}
+    assert 0 < disk["median"] <= disk["max"] <= 5.0
+    assert disk["quiet"] or disk["stalls"] > 0      # only stalls keep it waiting
+    assert (disk["worst_stall_ms"] is None) == (disk["stalls"] == 0)
+    hole = tmp_path / "reserved"
+    with open(hole, "wb") as h:
+        h.truncate(1 << 20)
+    assert kafka_load.wait_for_quiet_disk(hole) is None
