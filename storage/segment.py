@@ -326,6 +326,15 @@ class Segment:
         self.recovery_verified_bytes = committed - pos
         if committed > pos:
             with mmap.mmap(self.log_fd, committed, access=mmap.ACCESS_READ) as data:
+                # Ask for exactly the bytes to verify. A plain first fault would read the
+                # kernel's window around it instead, half of read_ahead_kb behind the
+                # page: with an 8 MiB read-ahead that was ~4 MiB per segment at every
+                # start (75 MB of a 10 GiB log's 16 segments, before any request), while
+                # the tail checked after a clean stop is 64 KiB and a batch. The kernel
+                # caps the advice at one read-ahead window; a longer tail (recovery after
+                # a reboot) goes on with ordinary faults.
+                at = pos // PAGE * PAGE
+                data.madvise(mmap.MADV_WILLNEED, at, committed - at)
                 while pos < committed:
                     try:
                         h = check_batch(data, pos, committed, strict=False, check_crc=True)
