@@ -215,8 +215,10 @@ def markdown(rep: dict, stamp: str) -> str:
             for key, stretch in (("start", "to listening"), ("to_first_answer", "to the first answer")):
                 split = [sizes[c][case].get(key) or {} for c in cols]
                 if any("on_cpu_s" in p for p in split):
-                    rows.append([f"{label}: {stretch}, on a CPU / waiting for one / other s"]
-                                + [f"{p['on_cpu_s']} / {p['waiting_for_cpu_s']} / {p['other_s']}"
+                    rows.append([f"{label}: {stretch}, on a CPU / waiting for one / other s; "
+                                 "MB the broker read from the disk"]
+                                + [f"{p['on_cpu_s']} / {p['waiting_for_cpu_s']} / {p['other_s']}; "
+                                   f"{p.get('disk_read_mb', '-')}"
                                    if "on_cpu_s" in p else "-" for p in split])
         rows.append(["peak RSS MB (clean restart, after the full read)"]
                     + [sizes[c].get("peak_rss_mb") for c in cols])

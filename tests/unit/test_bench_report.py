@@ -329,8 +329,8 @@ def test_a_starts_time_is_split_and_its_slowest_named(bench_modules):
         "30.5 MB read, 40 major faults; steal 0.5 %. Before it, the disk answered 4 KiB reads in 0.05 ms "
         "(median) after 7.5 s with 2 stalls over 5 ms (worst 61.0 ms).")
     md = report.markdown(peers, "stamp")
-    assert "| SIGKILL (last roll's snapshot + tail): to listening, on a CPU / waiting for one / other s " \
-        "| - | 0.5 / 0.05 / 0.5 |" in md
+    assert "| SIGKILL (last roll's snapshot + tail): to listening, on a CPU / waiting for one / other s; " \
+        "MB the broker read from the disk | - | 0.5 / 0.05 / 0.5; 30.5 |" in md
     assert "| SIGKILL (last roll's snapshot + tail): disk 4 KiB read before start, median / max ms | " \
         "0.12 / 3.5 | 0.05 / 0.2 (after 7.5 s, 2 stalls) |" in md
     assert goals.slowest_start_note(None) == []
