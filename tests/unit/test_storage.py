@@ -449,6 +449,31 @@ def test_reopening_reads_only_the_tail_it_verifies(tmp_path):
         log.close()
 
 
+def test_reopening_reads_only_the_index_pages_it_checks(tmp_path):
+    """Recovery bisects the index and checks its last 4 096 entries: a small-batch
+    segment's index is megabytes, and reading the kernel's window around each probe read
+    all of it at every start (7.8 MB for 245 000 one-record batches)."""
+    from tests.faults.pagecache import evict
+
+    log = Log(tmp_path / "p", LogConfig(segment_bytes=64 << 20))
+    for i in range(40_000):
+        log.append(build_batch([(None, b"v", [], i)]), leader_epoch=0)
+    log.close()
+    seg = sorted((tmp_path / "p").glob("*.log"))[-1]
+    index = seg.with_suffix(".index")
+    assert index.stat().st_size >= 40_000 * 32
+    evict([seg, index], index, 0)
+    assert _cached_bytes(index) < 64 << 10
+    log = Log(tmp_path / "p", LogConfig(segment_bytes=64 << 20))
+    try:
+        # the entries checked (128 KiB), the bisections' pages and the header
+        assert _cached_bytes(index) <= (128 << 10) + 40 * 4096
+        assert log.log_end_offset == 40_000
+        assert log.offset_for_timestamp(20_000)[0] == 20_000   # lookups read what they need
+    finally:
+        log.close()
+
+
 # -- recovery -------------------------------------------------------------------
 
 def _seg_files(d):
