@@ -312,8 +312,9 @@ class StartWatch:
 
 
 def describe_start(p: dict) -> str:
-    """``0.41 on a CPU, 0.02 waiting for one, 0.12 other (D 3 of 40 samples: ...)``, or ''
-    for a result without the kernel's figures (older results, no /proc)."""
+    """``0.41 s on a CPU, 0.02 waiting for one, 0.12 other (disk wait in 3 of 40 samples:
+    ...); 32.6 MB read, 50 major faults; steal 0 %``, or '' for a result without the
+    kernel's figures (older results, no /proc)."""
     if "on_cpu_s" not in p:
         return ""
     text = (f"{p['on_cpu_s']:.2f} s on a CPU, {p['waiting_for_cpu_s']:.2f} waiting for one, "

@@ -632,10 +632,11 @@ def wait_for_quiet_disk(path: Path, quiet_s: float = 3.0, stall_ms: float = 5.0,
     of that last stretch, how long it took to get there, and the stalls before it.
 
     A restart from a dropped page cache reads ~33 MB of Python and canopy from the disk.
-    On this VM, for ~20 s after the guest has written gigabytes (W5's fill) and synced,
-    single reads of any block stall for 35-77 ms every few seconds while the host deals
-    with the writes (bench/README.md, "W5 restart"), and a start that met them spent
-    0.37-0.51 s more waiting for the disk. W5 times restart cost, not the host's
+    On this VM, for ~15-30 s after the guest has written gigabytes (W5's fill) and
+    synced, single reads of any block stall for tens of milliseconds (26-158 ms seen)
+    every few seconds while the host deals with the writes (bench/README.md, "Slow
+    starts were the disk"), and a start that met them spent 0.37-0.51 s more waiting
+    for the disk. W5 times restart cost, not the host's
     writeback of the bench's own fill, so each restart waits for this first and the
     report shows the wait. None where O_DIRECT is refused."""
     try:
