@@ -289,12 +289,14 @@ def test_a_starts_time_is_split_and_its_slowest_named(bench_modules):
 
     import brokers
     report, goals = bench_modules
-    # a real process: ~0.1 s on a CPU, then asleep
-    proc = subprocess.Popen([sys.executable, "-c", "import time; sum(range(3_000_000)); time.sleep(30)"])
+    # a real process: ~0.2 s on a CPU, then asleep
+    proc = subprocess.Popen([sys.executable, "-c", "import time; sum(range(10_000_000)); time.sleep(30)"])
     try:
         watch = brokers.StartWatch(proc.pid)
         deadline = time.monotonic() + 10
-        while brokers.thread_state(proc.pid) != "S" and time.monotonic() < deadline:
+        # until it sleeps, past its loop (a start may sleep briefly before)
+        while not (brokers.thread_state(proc.pid) == "S" and brokers.schedstat(proc.pid)[0] >= 0.05) \
+                and time.monotonic() < deadline:
             watch.sample()
             time.sleep(0.002)
         time.sleep(0.05)
