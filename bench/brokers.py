@@ -216,21 +216,21 @@ def _stat_fields(pid: int) -> list[str] | None:
     return stat[stat.rindex(")") + 2:].split()  # fields[0] is field 3 (state)
 
 
-def thread_state(pid: int, tid: int | None = None) -> str | None:
-    """One thread's scheduler state letter (R running or runnable, S asleep, D waiting
-    uninterruptibly, mostly for the disk); the main thread's by default. None once gone."""
+def thread_state(pid: int) -> str | None:
+    """The main thread's scheduler state letter (R running or runnable, S asleep, D
+    waiting uninterruptibly, mostly for the disk). None once gone."""
     try:
-        with open(f"/proc/{pid}/task/{tid or pid}/stat") as f:
+        with open(f"/proc/{pid}/task/{pid}/stat") as f:
             return f.read().rsplit(") ", 1)[1][0]
     except (OSError, IndexError):
         return None
 
 
-def kernel_stack(pid: int, tid: int | None = None, depth: int = 6) -> str | None:
-    """The innermost ``depth`` kernel functions a thread is in, ``inner <- outer``
-    (root only: /proc/<pid>/task/<tid>/stack). None when unreadable."""
+def kernel_stack(pid: int, depth: int = 6) -> str | None:
+    """The innermost ``depth`` kernel functions the main thread is in, ``inner <- outer``
+    (root only: /proc/<pid>/task/<pid>/stack). None when unreadable."""
     try:
-        with open(f"/proc/{pid}/task/{tid or pid}/stack") as f:
+        with open(f"/proc/{pid}/task/{pid}/stack") as f:
             lines = f.read().splitlines()[:depth]
     except OSError:
         return None
@@ -238,11 +238,11 @@ def kernel_stack(pid: int, tid: int | None = None, depth: int = 6) -> str | None
     return " <- ".join(ln.split()[1].split("+")[0] for ln in lines if len(ln.split()) > 1) or None
 
 
-def schedstat(pid: int, tid: int | None = None) -> tuple[float, float] | None:
-    """Seconds a thread has run on a CPU and waited, runnable, for one, since it started
-    (/proc/<pid>/task/<tid>/schedstat). None once gone."""
+def schedstat(pid: int) -> tuple[float, float] | None:
+    """Seconds the main thread has run on a CPU and waited, runnable, for one, since it
+    started (/proc/<pid>/task/<pid>/schedstat). None once gone."""
     try:
-        with open(f"/proc/{pid}/task/{tid or pid}/schedstat") as f:
+        with open(f"/proc/{pid}/task/{pid}/schedstat") as f:
             on_cpu, waiting, _ = f.read().split()
     except (OSError, ValueError):
         return None

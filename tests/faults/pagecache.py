@@ -8,9 +8,12 @@ back, still in a per-CPU batch) is skipped. On the 2-vCPU CI VM, in loops of a 1
 file written then evicted, 4 of 200 and 1 of 1 000 first tries left the probed page
 cached, and a second try 0.1 s later dropped it every time. So evict() tries a few
 times, then as root drops the whole page cache, and fails (never skips) when the page
-still reads as cached: the test's premise would not hold."""
+still reads as cached: the test's premise would not hold. cached_bytes() counts what
+the page cache holds of a file (mincore), for tests of what a read brought in."""
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
 import time
 from pathlib import Path
@@ -43,6 +46,30 @@ def cached(path: Path, offset: int) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+def cached_bytes(path: Path) -> int:
+    """How much of a file the page cache holds (mincore(2) over a mapping of it)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    size = path.stat().st_size
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+        try:
+            vec = (ctypes.c_ubyte * pages)()
+            assert libc.mincore(addr, size, vec) == 0, os.strerror(ctypes.get_errno())
+        finally:
+            libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+    return sum(v & 1 for v in vec) * mmap.PAGESIZE
 
 
 def evict(files, probe: Path, offset: int = 0) -> None:

@@ -11,6 +11,7 @@ from protocol import records as R
 from protocol.records import build_batch, iter_records
 from storage import DataDirLock, DataDirLocked, Log, LogConfig, OffsetOutOfRange
 from storage.segment import INDEX_HEADER_SIZE, segment_name
+from tests.faults.pagecache import cached_bytes, evict
 
 
 def batch(n=3, ts=1000, value=b"v" * 100, codec=0, step=1):
@@ -397,39 +398,11 @@ def test_iter_batch_headers_large_and_small_batches(tmp_path):
     log.close()
 
 
-def _cached_bytes(path) -> int:
-    """How much of a file the page cache holds (mincore(2) over a mapping of it)."""
-    import ctypes
-    import mmap as _mmap
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                          ctypes.c_long]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-    size = path.stat().st_size
-    pages = (size + _mmap.PAGESIZE - 1) // _mmap.PAGESIZE
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        addr = libc.mmap(None, size, _mmap.PROT_READ, _mmap.MAP_SHARED, fd, 0)
-        assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
-        try:
-            vec = (ctypes.c_ubyte * pages)()
-            assert libc.mincore(addr, size, vec) == 0, os.strerror(ctypes.get_errno())
-        finally:
-            libc.munmap(addr, size)
-    finally:
-        os.close(fd)
-    return sum(v & 1 for v in vec) * _mmap.PAGESIZE
-
-
 def test_reopening_reads_only_the_tail_it_verifies(tmp_path):
     """A reopened segment re-checks its last 64 KiB (and the batch they end in), and reads
     only those: a plain fault in the mapping read the kernel's window around it instead,
     half of read_ahead_kb behind the page, which on the CI VM's disk (8 MiB read-ahead)
     was ~4 MiB per segment at every start, before any request."""
-    from tests.faults.pagecache import evict
-
     log = Log(tmp_path / "p", LogConfig(segment_bytes=64 << 20))
     for i in range(24):    # 24 batches of ~512 KiB: a 12 MiB segment
         log.append(build_batch([(None, os.urandom(1 << 10), [], i)] * 512), leader_epoch=0)
@@ -437,14 +410,14 @@ def test_reopening_reads_only_the_tail_it_verifies(tmp_path):
     seg = sorted((tmp_path / "p").glob("*.log"))[-1]
     size = seg.stat().st_size
     evict([seg, seg.with_suffix(".index")], seg, size - 1)
-    before = _cached_bytes(seg)   # a page the eviction skipped stays (tests/faults/pagecache.py)
+    before = cached_bytes(seg)   # a page the eviction skipped stays (tests/faults/pagecache.py)
     assert before < 256 << 10
     log = Log(tmp_path / "p", LogConfig(segment_bytes=64 << 20))
     try:
         verified = log.segments[-1].recovery_verified_bytes
         assert 64 << 10 < verified <= (64 << 10) + (1 << 20)
         # what was verified, rounded out to pages, and nothing around it
-        assert _cached_bytes(seg) <= before + verified + 2 * 4096
+        assert cached_bytes(seg) <= before + verified + 2 * 4096
         assert log.log_end_offset == 24 * 512
     finally:
         log.close()
@@ -454,8 +427,6 @@ def test_reopening_reads_only_the_index_pages_it_checks(tmp_path):
     """Recovery bisects the index and checks its last 4 096 entries: a small-batch
     segment's index is megabytes, and reading the kernel's window around each probe read
     all of it at every start (7.8 MB for 245 000 one-record batches)."""
-    from tests.faults.pagecache import evict
-
     log = Log(tmp_path / "p", LogConfig(segment_bytes=64 << 20))
     for i in range(40_000):
         log.append(build_batch([(None, b"v", [], i)]), leader_epoch=0)
@@ -464,12 +435,12 @@ def test_reopening_reads_only_the_index_pages_it_checks(tmp_path):
     index = seg.with_suffix(".index")
     assert index.stat().st_size >= 40_000 * 32
     evict([seg, index], index, 0)
-    before = _cached_bytes(index)   # a page the eviction skipped stays (tests/faults/pagecache.py)
+    before = cached_bytes(index)   # a page the eviction skipped stays (tests/faults/pagecache.py)
     assert before < 64 << 10
     log = Log(tmp_path / "p", LogConfig(segment_bytes=64 << 20))
     try:
         # the entries checked (128 KiB), the bisections' pages and the header
-        assert _cached_bytes(index) <= before + (128 << 10) + 40 * 4096
+        assert cached_bytes(index) <= before + (128 << 10) + 40 * 4096
         assert log.log_end_offset == 40_000
         assert log.offset_for_timestamp(20_000)[0] == 20_000   # and the index serves lookups
     finally:
